@@ -1,0 +1,58 @@
+#pragma once
+// Loading a node config: strict schema (unknown keys, types, ranges), then
+// `--set key.path=value` overrides through the same checks, then
+// cross-checks against the topology. Every failure is a schema::InputError
+// naming file:line:col and key path; callers exit with schema::kExitConfig.
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "consensusd/config/node_config.hpp"
+#include "consensusd/schema/reader.hpp"
+#include "consensusd/topology/topology.hpp"
+
+namespace consensusd::config {
+
+// One documented key of the schema.
+struct Key {
+  std::string path;   // "train.batch_size"
+  std::string type;   // "integer", "number", "string", "boolean", "path", ...
+  std::string range;  // "[1, 65536]", "iid | contiguous | ..."
+  std::string doc;
+  std::function<void(NodeConfig&, const schema::Source&, const schema::YamlNode&)> read;
+  std::function<std::string(const NodeConfig&)> show;  // current value as YAML text
+  // Set only for file paths: relative values resolve against the config's folder.
+  std::function<std::string&(NodeConfig&)> pathField;
+};
+
+const std::vector<Key>& schemaKeys();
+
+// Where each key got its value (file or --set), for cross-check errors.
+struct Origin {
+  std::string file;
+  schema::Position position;
+};
+using Origins = std::map<std::string, Origin>;
+
+// Shape, types, ranges and the checks that need no other file.
+NodeConfig readConfig(std::string_view text, const std::string& fileName,
+                      const std::vector<std::string>& overrides = {}, Origins* origins = nullptr);
+
+struct LoadedConfig {
+  NodeConfig config;
+  topology::Topology topology;
+  std::size_t nodeIndex;
+};
+
+// readConfig, then relative paths resolved against the config's folder, the
+// topology loaded and cross-checked, and node-dependent defaults filled in.
+LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The effective config as YAML (every key, defaults included).
+std::string toYaml(const NodeConfig& config);
+
+}  // namespace consensusd::config

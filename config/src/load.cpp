@@ -1,0 +1,244 @@
+#include "consensusd/config/load.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "consensusd/topology/yaml_io.hpp"
+
+namespace consensusd::config {
+namespace {
+
+using schema::InputError;
+using schema::MapReader;
+using schema::NodeKind;
+using schema::Source;
+using schema::YamlNode;
+
+std::string sectionOf(const std::string& path) { return path.substr(0, path.find('.')); }
+std::string leafOf(const std::string& path) { return path.substr(path.find('.') + 1); }
+
+const Key* findKey(const std::string& path) {
+  for (const Key& key : schemaKeys()) {
+    if (key.path == path) return &key;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> sectionNames() {
+  std::vector<std::string> names;
+  for (const Key& key : schemaKeys()) {
+    const std::string section = sectionOf(key.path);
+    if (std::find(names.begin(), names.end(), section) == names.end()) names.push_back(section);
+  }
+  return names;
+}
+
+// "did you mean": a close key in the same section, else the same key name in
+// another section ("consensus.batch_size" -> "train.batch_size").
+std::string suggestionFor(const std::string& section, const std::string& leaf) {
+  std::vector<std::string> leaves;
+  for (const Key& key : schemaKeys()) {
+    if (sectionOf(key.path) == section) leaves.push_back(leafOf(key.path));
+  }
+  if (std::string close = schema::closestMatch(leaf, leaves); !close.empty()) return close;
+  for (const Key& key : schemaKeys()) {
+    if (leafOf(key.path) == leaf) return key.path;
+  }
+  return {};
+}
+
+[[noreturn]] void unknownKey(const Source& source, const YamlNode& at, const std::string& section,
+                             const std::string& leaf) {
+  std::string message = "unknown key '" + leaf + "'";
+  if (const std::string hint = suggestionFor(section, leaf); !hint.empty()) {
+    message += ", did you mean '" + hint + "'?";
+  }
+  schema::fail(source, at, message, section + "." + leaf);
+}
+
+[[noreturn]] void failAt(const Origins& origins, const std::string& path, const std::string& message) {
+  const auto it = origins.find(path);
+  if (it == origins.end()) throw InputError(origins.at("").file, {}, message, path);
+  throw InputError(it->second.file, it->second.position, message, path);
+}
+
+void applyOverride(NodeConfig& config, Origins& origins, const std::string& assignment) {
+  const std::size_t equals = assignment.find('=');
+  const std::string source = "--set " + assignment;
+  if (equals == std::string::npos || equals == 0) {
+    throw InputError(source, {1, 1}, "expected --set key.path=value");
+  }
+  const std::string path = assignment.substr(0, equals);
+  const std::string value = assignment.substr(equals + 1);
+  const Key* key = findKey(path);
+  if (key == nullptr) {
+    std::vector<std::string> paths;
+    for (const Key& k : schemaKeys()) paths.push_back(k.path);
+    std::string message = "unknown key '" + path + "'";
+    if (const std::string close = schema::closestMatch(path, paths); !close.empty()) {
+      message += ", did you mean '" + close + "'?";
+    }
+    throw InputError(source, {1, 1}, message, path);
+  }
+  YamlNode node = schema::parseYaml(value, source);
+  if (value.empty()) {  // `--set status.http=` means the empty string
+    node.kind = NodeKind::Scalar;
+    node.quoted = true;
+  }
+  // Positions inside the value, shifted past "key.path=".
+  node.position = {1, static_cast<int>(equals) + 2};
+  key->read(config, Source{source}, node);
+  origins[path] = {source, node.position};
+}
+
+bool isLoopbackHost(const std::string& host) {
+  return host == "localhost" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
+void checkLocal(const NodeConfig& config, const Origins& origins) {
+  for (const char* required : {"node.id", "topology.file"}) {
+    if (origins.count(required) == 0) {
+      const std::string path = required;
+      const std::string section = sectionOf(path);
+      const auto it = origins.find(section);
+      const Origin& where = it != origins.end() ? it->second : origins.at("");
+      throw InputError(where.file, where.position, "missing key '" + leafOf(path) + "'", path);
+    }
+  }
+  const NodeConfig::Consensus& consensus = config.consensus;
+  if (consensus.maxResponders != 0 && consensus.minResponders > consensus.maxResponders) {
+    failAt(origins, "consensus.min_responders",
+           "min_responders (" + std::to_string(consensus.minResponders) + ") is greater than max_responders (" +
+               std::to_string(consensus.maxResponders) + ")");
+  }
+  if (consensus.policy == "timeout" && consensus.timeoutMs >= consensus.hardDeadlineMs) {
+    failAt(origins, "consensus.timeout_ms", "timeout_ms must be below consensus.hard_deadline_ms");
+  }
+  if (config.straggler.toRound != 0 && config.straggler.fromRound > config.straggler.toRound) {
+    failAt(origins, "straggler.from_round",
+           "from_round (" + std::to_string(config.straggler.fromRound) + ") is after to_round (" +
+               std::to_string(config.straggler.toRound) + ")");
+  }
+  if (config.model.kind == "mlp" && config.model.hidden.empty()) {
+    failAt(origins, "model.hidden", "kind: mlp needs 1 or 2 hidden layer widths");
+  }
+  if (config.security.curve && config.security.secretKeyFile.empty()) {
+    failAt(origins, "security.curve", "security.curve needs security.secret_key_file");
+  }
+  if (const std::string& http = config.status.http; !http.empty()) {
+    const std::size_t colon = http.rfind(':');
+    const std::string port = colon == std::string::npos ? "" : http.substr(colon + 1);
+    const bool numeric = !port.empty() && port.size() <= 5 &&
+                         std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!numeric || std::stol(port) > 65535) failAt(origins, "status.http", "expected HOST:PORT, got '" + http + "'");
+    if (!isLoopbackHost(http.substr(0, colon))) {
+      failAt(origins, "status.http", "the HTTP endpoint has no authentication: bind it to loopback (127.0.0.1)");
+    }
+  }
+}
+
+NodeConfig readTree(const YamlNode& root, const std::string& fileName, const std::vector<std::string>& overrides,
+                    Origins& origins) {
+  const Source source{fileName};
+  origins[""] = {fileName, {1, 1}};
+  if (root.kind == NodeKind::Null) schema::fail(source, root, "config file is empty", "");
+  const MapReader top(source, root, "");
+  const std::vector<std::string> sections = sectionNames();
+  top.rejectUnknown(sections);
+  NodeConfig config;
+  for (const auto& [sectionKey, sectionNode] : root.entries) {
+    const std::string& section = sectionKey.scalar;
+    origins[section] = {fileName, sectionKey.position};
+    if (sectionNode.kind == NodeKind::Null) continue;  // `train:` with nothing under it
+    const MapReader map(source, sectionNode, section);
+    for (const auto& [key, value] : sectionNode.entries) {
+      const Key* schemaKey = findKey(section + "." + key.scalar);
+      if (schemaKey == nullptr) unknownKey(source, key, section, key.scalar);
+      schemaKey->read(config, source, value);
+      origins[schemaKey->path] = {fileName, value.position};
+    }
+  }
+  for (const std::string& assignment : overrides) applyOverride(config, origins, assignment);
+  checkLocal(config, origins);
+  return config;
+}
+
+}  // namespace
+
+NodeConfig readConfig(std::string_view text, const std::string& fileName, const std::vector<std::string>& overrides,
+                      Origins* origins) {
+  Origins local;
+  return readTree(schema::parseYaml(text, fileName), fileName, overrides, origins ? *origins : local);
+}
+
+LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>& overrides) {
+  namespace fs = std::filesystem;
+  Origins origins;
+  NodeConfig config = readTree(schema::loadYamlFile(path), path, overrides, origins);
+
+  const fs::path folder = fs::path(path).parent_path();
+  for (const Key& key : schemaKeys()) {
+    if (!key.pathField) continue;
+    std::string& value = key.pathField(config);
+    if (!value.empty() && !fs::path(value).is_absolute()) value = (folder / value).lexically_normal().string();
+  }
+
+  std::error_code error;
+  if (!fs::is_regular_file(config.topology.file, error)) {
+    failAt(origins, "topology.file", "topology file '" + config.topology.file + "' does not exist");
+  }
+  topology::Topology graph = topology::loadTopology(config.topology.file);
+  const std::optional<std::size_t> index = graph.indexOf(config.node.id);
+  if (!index) {
+    failAt(origins, "node.id",
+           "node '" + config.node.id + "' is not in topology " + config.topology.file + " (" +
+               std::to_string(graph.size()) + " nodes, " + graph.node(0).id + ".." + graph.nodes().back().id + ")");
+  }
+  const auto degree = static_cast<std::int64_t>(graph.inNeighbors(*index).size());
+  NodeConfig::Consensus& consensus = config.consensus;
+  if (degree > 0 && consensus.minResponders > degree) {
+    failAt(origins, "consensus.min_responders",
+           "min_responders (" + std::to_string(consensus.minResponders) + ") exceeds this node's degree (" +
+               std::to_string(degree) + ")");
+  }
+  if (consensus.maxResponders > degree) {
+    failAt(origins, "consensus.max_responders",
+           "max_responders (" + std::to_string(consensus.maxResponders) + ") exceeds this node's degree (" +
+               std::to_string(degree) + ")");
+  }
+  if (consensus.policy == "static" && consensus.backups > degree - std::min(consensus.minResponders, degree)) {
+    failAt(origins, "consensus.backups",
+           "backups (" + std::to_string(consensus.backups) + ") leave fewer than min_responders (" +
+               std::to_string(consensus.minResponders) + ") of this node's " + std::to_string(degree) + " neighbours");
+  }
+  if (config.security.curve) {
+    for (const topology::NodeSpec& node : graph.nodes()) {
+      if (node.publicKey.empty()) {
+        failAt(origins, "security.curve", "security.curve needs a public_key for every node; '" + node.id +
+                                              "' in " + config.topology.file + " has none");
+      }
+    }
+  }
+  if (config.status.socket.empty()) {
+    const std::string& fromTopology = graph.node(*index).status;
+    config.status.socket = fromTopology.empty() ? "/run/consensusd/" + config.node.id + ".sock" : fromTopology;
+  }
+  if (config.checkpoint.dir.empty()) config.checkpoint.dir = "/var/lib/consensusd/" + config.node.id;
+  return {std::move(config), std::move(graph), *index};
+}
+
+std::string toYaml(const NodeConfig& config) {
+  std::string out;
+  std::string section;
+  for (const Key& key : schemaKeys()) {
+    if (sectionOf(key.path) != section) {
+      section = sectionOf(key.path);
+      out += section + ":\n";
+    }
+    out += "  " + leafOf(key.path) + ": " + key.show(config) + "\n";
+  }
+  return out;
+}
+
+}  // namespace consensusd::config

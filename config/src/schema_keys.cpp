@@ -1,0 +1,244 @@
+// The config schema: every key once, with its type, range and one line of
+// documentation. Reading, `--set`, `consensusd --print-config` and the
+// README check all come from this table.
+
+#include <charconv>
+#include <limits>
+
+#include "consensusd/config/load.hpp"
+
+namespace consensusd::config {
+namespace {
+
+using schema::Source;
+using schema::YamlNode;
+
+constexpr std::int64_t kMaxInt = std::numeric_limits<std::int64_t>::max();
+constexpr double kHuge = 1e12;
+
+std::string showDouble(double value) {
+  char buffer[32];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  std::string text(buffer, result.ptr);
+  if (text.find_first_of(".e") == std::string::npos) text += ".0";
+  return text;
+}
+
+std::string showString(const std::string& value) {
+  std::string out = "\"";
+  for (const char c : value) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string rangeText(double min, double max) { return "[" + showDouble(min) + ", " + showDouble(max) + "]"; }
+
+template <class Ref>
+Key integer(std::string path, Ref ref, std::int64_t min, std::int64_t max, std::string doc) {
+  const std::string range = "[" + std::to_string(min) + ", " + (max == kMaxInt ? "inf" : std::to_string(max)) + "]";
+  return {path, "integer", range, std::move(doc),
+          [=](NodeConfig& c, const Source& s, const YamlNode& n) { ref(c) = schema::readInt(s, n, path, min, max); },
+          [=](const NodeConfig& c) { return std::to_string(ref(c)); }, {}};
+}
+
+template <class Ref>
+Key number(std::string path, Ref ref, double min, double max, std::string doc) {
+  const std::string range = max >= kHuge ? "[" + showDouble(min) + ", inf)" : rangeText(min, max);
+  return {path, "number", range, std::move(doc),
+          [=](NodeConfig& c, const Source& s, const YamlNode& n) { ref(c) = schema::readDouble(s, n, path, min, max); },
+          [=](const NodeConfig& c) { return showDouble(ref(c)); }, {}};
+}
+
+template <class Ref>
+Key flag(std::string path, Ref ref, std::string doc) {
+  return {path, "boolean", "true | false", std::move(doc),
+          [=](NodeConfig& c, const Source& s, const YamlNode& n) { ref(c) = schema::readBool(s, n, path); },
+          [=](const NodeConfig& c) { return std::string(ref(c) ? "true" : "false"); }, {}};
+}
+
+template <class Ref>
+Key text(std::string path, Ref ref, std::string type, std::string doc) {
+  Key key{path, type, "", std::move(doc),
+          [=](NodeConfig& c, const Source& s, const YamlNode& n) { ref(c) = schema::readString(s, n, path); },
+          [=](const NodeConfig& c) { return showString(ref(c)); }, {}};
+  if (type == "path") key.pathField = [=](NodeConfig& c) -> std::string& { return ref(c); };
+  return key;
+}
+
+template <class Ref>
+Key choice(std::string path, Ref ref, std::vector<std::string> choices, std::string doc) {
+  std::string range;
+  for (const std::string& option : choices) range += (range.empty() ? "" : " | ") + option;
+  return {path, "choice", range, std::move(doc),
+          [=](NodeConfig& c, const Source& s, const YamlNode& n) { ref(c) = schema::readChoice(s, n, path, choices); },
+          [=](const NodeConfig& c) { return ref(c); }, {}};
+}
+
+template <class Ref>
+Key integerList(std::string path, Ref ref, std::size_t maxLength, std::int64_t min, std::int64_t max,
+                std::string doc) {
+  const std::string range = "up to " + std::to_string(maxLength) + " of [" + std::to_string(min) + ", " +
+                            std::to_string(max) + "]";
+  return {path, "list of integers", range, std::move(doc),
+          [=](NodeConfig& c, const Source& s, const YamlNode& n) {
+            if (n.kind != schema::NodeKind::Sequence) {
+              schema::fail(s, n, "expected a list, got " + schema::describe(n), path);
+            }
+            if (n.items.size() > maxLength) {
+              schema::fail(s, n, "at most " + std::to_string(maxLength) + " entries", path);
+            }
+            std::vector<std::int64_t> values;
+            for (std::size_t i = 0; i < n.items.size(); ++i) {
+              values.push_back(schema::readInt(s, n.items[i], path + "[" + std::to_string(i) + "]", min, max));
+            }
+            ref(c) = std::move(values);
+          },
+          [=](const NodeConfig& c) {
+            std::string out = "[";
+            for (const std::int64_t value : ref(c)) out += (out.size() > 1 ? ", " : "") + std::to_string(value);
+            return out + "]";
+          }, {}};
+}
+
+// `[](auto& c) -> auto& { return c.x; }` works on both const and mutable configs.
+#define CONSENSUSD_FIELD(member) [](auto& c) -> auto& { return c.member; }
+
+std::vector<Key> makeKeys() {
+  return {
+      text("node.id", CONSENSUSD_FIELD(node.id), "string", "This node's id; must be a node of the topology. Required."),
+      text("topology.file", CONSENSUSD_FIELD(topology.file), "path",
+           "Topology file (DESIGN.md §4), relative to this config's folder. Required."),
+
+      choice("data.dataset", CONSENSUSD_FIELD(data.dataset),
+             {"fashion-mnist", "mnist", "libsvm", "csv", "synthetic-least-squares", "synthetic-logistic"},
+             "Training data set."),
+      text("data.path", CONSENSUSD_FIELD(data.path), "path", "Folder (IDX) or file (LIBSVM, CSV) holding the data."),
+      choice("data.partition", CONSENSUSD_FIELD(data.partition), {"iid", "contiguous", "shards", "dirichlet"},
+             "How the training set is split across the topology's nodes."),
+      integer("data.shards_per_node", CONSENSUSD_FIELD(data.shardsPerNode), 1, 1000,
+              "Classes per node with partition: shards."),
+      number("data.dirichlet_alpha", CONSENSUSD_FIELD(data.dirichletAlpha), 1e-3, 1e6,
+             "Concentration with partition: dirichlet (small = skewed)."),
+      choice("data.scaling", CONSENSUSD_FIELD(data.scaling), {"none", "unit", "standardize"},
+             "Feature scaling: none, to [0, 1], or standardised with training statistics."),
+      integer("data.seed", CONSENSUSD_FIELD(data.seed), 0, kMaxInt,
+              "Seed of the partition; must be the same on every node."),
+
+      choice("model.kind", CONSENSUSD_FIELD(model.kind), {"least-squares", "logistic", "softmax", "mlp"},
+             "Model to train."),
+      integerList("model.hidden", CONSENSUSD_FIELD(model.hidden), 2, 1, 65536,
+                  "Hidden layer widths with kind: mlp (1 or 2 layers)."),
+      choice("model.dtype", CONSENSUSD_FIELD(model.dtype), {"float32", "float64"},
+             "Parameter type, on the wire too; must match the neighbours'."),
+      integer("model.init_seed", CONSENSUSD_FIELD(model.initSeed), 0, kMaxInt,
+              "Seed of the initial parameters; the same on every node."),
+
+      integer("train.batch_size", CONSENSUSD_FIELD(train.batchSize), 1, 65536, "Minibatch size B."),
+      number("train.learning_rate", CONSENSUSD_FIELD(train.learningRate), 1e-9, 100, "Step size eta_0."),
+      choice("train.schedule", CONSENSUSD_FIELD(train.schedule), {"constant", "step", "inverse-sqrt", "cosine"},
+             "Learning-rate schedule over rounds."),
+      integer("train.step_every_rounds", CONSENSUSD_FIELD(train.stepEveryRounds), 1, kMaxInt,
+              "With schedule: step, multiply the rate by step_factor every this many rounds."),
+      number("train.step_factor", CONSENSUSD_FIELD(train.stepFactor), 1e-6, 1, "Factor of schedule: step."),
+      number("train.momentum", CONSENSUSD_FIELD(train.momentum), 0, 0.999, "Heavy-ball momentum."),
+      number("train.weight_decay", CONSENSUSD_FIELD(train.weightDecay), 0, 1, "L2 weight decay."),
+      integer("train.rounds", CONSENSUSD_FIELD(train.rounds), 0, kMaxInt, "Rounds to run; 0 = until stopped."),
+      number("train.until_accuracy", CONSENSUSD_FIELD(train.untilAccuracy), 0, 1,
+             "Stop once test accuracy reaches this; 0 = off."),
+      number("train.max_time_s", CONSENSUSD_FIELD(train.maxTimeS), 0, kHuge, "Stop after this wall time; 0 = off."),
+      integer("train.eval_every_rounds", CONSENSUSD_FIELD(train.evalEveryRounds), 0, kMaxInt,
+              "Test-set evaluation period; 0 = never."),
+
+      choice("consensus.policy", CONSENSUSD_FIELD(consensus.policy),
+             {"all", "static", "timeout", "quantile", "dynamic"}, "Wait policy (DESIGN.md §3)."),
+      integer("consensus.backups", CONSENSUSD_FIELD(consensus.backups), 0, 1 << 20,
+              "Backup neighbours b with policy: static (wait for degree - b)."),
+      number("consensus.timeout_ms", CONSENSUSD_FIELD(consensus.timeoutMs), 0.01, kHuge,
+             "Cut-off after round start with policy: timeout."),
+      number("consensus.quantile", CONSENSUSD_FIELD(consensus.quantile), 0.01, 1,
+             "Quantile of predicted arrivals with policy: quantile."),
+      integer("consensus.min_responders", CONSENSUSD_FIELD(consensus.minResponders), 0, 1 << 20,
+              "m_min: never mix with fewer neighbours (0 allows local-only rounds)."),
+      integer("consensus.max_responders", CONSENSUSD_FIELD(consensus.maxResponders), 0, 1 << 20,
+              "Upper bound on m; 0 = the node's degree."),
+      choice("consensus.mix_round", CONSENSUSD_FIELD(consensus.mixRound), {"newest", "same"},
+             "Which estimate of a neighbour counts for round k."),
+      choice("consensus.mix", CONSENSUSD_FIELD(consensus.mix), {"absorb", "symmetric"},
+             "Missing neighbours' weight goes to self, or only mutually used edges count."),
+      integer("consensus.staleness", CONSENSUSD_FIELD(consensus.staleness), 0, 1000,
+              "s: estimates of round >= k - s are usable."),
+      integer("consensus.max_lead", CONSENSUSD_FIELD(consensus.maxLead), 1, 100000,
+              "Never run more than this many rounds ahead of the newest live neighbour."),
+      flag("consensus.round_skipping", CONSENSUSD_FIELD(consensus.roundSkipping),
+           "Jump to the neighbours' median round when they are far ahead."),
+      integer("consensus.skip_ahead", CONSENSUSD_FIELD(consensus.skipAhead), 1, 100000,
+              "Rounds behind the neighbours that trigger a skip."),
+      integer("consensus.mailbox_depth", CONSENSUSD_FIELD(consensus.mailboxDepth), 1, 1024,
+              "Estimates kept per neighbour (mix_round: same)."),
+      number("consensus.peer_timeout_ms", CONSENSUSD_FIELD(consensus.peerTimeoutMs), 1, kHuge,
+             "Silence after which a neighbour is suspect."),
+      number("consensus.hard_deadline_ms", CONSENSUSD_FIELD(consensus.hardDeadlineMs), 1, kHuge,
+             "No round waits longer than this for neighbours."),
+      integer("consensus.warmup_rounds", CONSENSUSD_FIELD(consensus.warmupRounds), 0, 1000000,
+              "Rounds with policy all that seed the dynamic policy's estimators."),
+      integer("consensus.window_rounds", CONSENSUSD_FIELD(consensus.windowRounds), 1, 100000,
+              "Sliding window of the arrival-time and gradient estimators."),
+
+      choice("straggler.kind", CONSENSUSD_FIELD(straggler.kind),
+             {"none", "constant", "exponential", "shifted-exponential", "pareto", "bimodal"},
+             "Emulated extra compute delay per round (DESIGN.md §8)."),
+      number("straggler.delay_ms", CONSENSUSD_FIELD(straggler.delayMs), 0, kHuge,
+             "constant: the delay; shifted-exponential: the shift; pareto: the scale (minimum)."),
+      number("straggler.mean_ms", CONSENSUSD_FIELD(straggler.meanMs), 0, kHuge,
+             "Mean of the exponential part (exponential, shifted-exponential)."),
+      number("straggler.pareto_shape", CONSENSUSD_FIELD(straggler.paretoShape), 0.1, 100,
+             "Tail index of pareto (<= 1.2 is heavy)."),
+      number("straggler.slow_probability", CONSENSUSD_FIELD(straggler.slowProbability), 0, 1,
+             "bimodal: probability that a round is slow."),
+      number("straggler.slow_factor", CONSENSUSD_FIELD(straggler.slowFactor), 1, 10000,
+             "bimodal: a slow round's compute time as a multiple of the base."),
+      number("straggler.base_compute_ms", CONSENSUSD_FIELD(straggler.baseComputeMs), 0, kHuge,
+             "bimodal: base compute time; 0 = the measured gradient time."),
+      integer("straggler.from_round", CONSENSUSD_FIELD(straggler.fromRound), 0, kMaxInt,
+              "First round the straggler model applies to."),
+      integer("straggler.to_round", CONSENSUSD_FIELD(straggler.toRound), 0, kMaxInt,
+              "Last round it applies to; 0 = until the end."),
+      number("straggler.link_delay_ms", CONSENSUSD_FIELD(straggler.linkDelayMs), 0, kHuge,
+             "Extra delay on every message this node sends."),
+      integer("straggler.seed", CONSENSUSD_FIELD(straggler.seed), 0, kMaxInt, "Seed of the delay draws."),
+
+      text("status.socket", CONSENSUSD_FIELD(status.socket), "path",
+           "Status socket; \"\" = the topology's status path, else /run/consensusd/<id>.sock."),
+      text("status.http", CONSENSUSD_FIELD(status.http), "string",
+           "HTTP status/metrics address HOST:PORT on loopback; \"\" = off."),
+
+      text("checkpoint.dir", CONSENSUSD_FIELD(checkpoint.dir), "path",
+           "Checkpoint folder; \"\" = /var/lib/consensusd/<id>."),
+      integer("checkpoint.every_rounds", CONSENSUSD_FIELD(checkpoint.everyRounds), 0, kMaxInt,
+              "Checkpoint period; 0 = only on stop."),
+      integer("checkpoint.keep", CONSENSUSD_FIELD(checkpoint.keep), 2, 100, "Generations kept (at least 2)."),
+
+      flag("security.curve", CONSENSUSD_FIELD(security.curve), "Authenticate and encrypt links with CurveZMQ."),
+      text("security.secret_key_file", CONSENSUSD_FIELD(security.secretKeyFile), "path",
+           "This node's secret key (consensusctl keygen), mode 0600."),
+
+      choice("log.level", CONSENSUSD_FIELD(log.level), {"trace", "debug", "info", "warn", "error"}, "Log level."),
+      text("log.metrics_file", CONSENSUSD_FIELD(log.metricsFile), "path",
+           "Per-round metrics as JSON lines; \"\" = off."),
+      number("log.progress_every_s", CONSENSUSD_FIELD(log.progressEveryS), 0.1, kHuge,
+             "Period of the progress log line."),
+  };
+}
+
+#undef CONSENSUSD_FIELD
+
+}  // namespace
+
+const std::vector<Key>& schemaKeys() {
+  static const std::vector<Key> kKeys = makeKeys();
+  return kKeys;
+}
+
+}  // namespace consensusd::config

@@ -1,0 +1,23 @@
+#pragma once
+// What every command-line front end shares: exit codes (sysexits.h) and
+// running a CLI11 app so that usage errors, bad input and bugs each end
+// with one line on stderr and the right code.
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace consensusd::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitUsage = 64;     // EX_USAGE: bad command line
+inline constexpr int kExitSoftware = 70;  // EX_SOFTWARE: a bug
+// Bad config or topology: schema::kExitConfig (78).
+
+// Parses argv into `app`, then runs `body`. Maps CLI11 parse errors to 64,
+// schema::InputError to 78, anything else to 70.
+int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
+
+// Adds --version printing the program name and version.
+void addVersionFlag(CLI::App& app);
+
+}  // namespace consensusd::cli
