@@ -15,8 +15,12 @@ using schema::NodeKind;
 using schema::Source;
 using schema::YamlNode;
 
-std::string sectionOf(const std::string& path) { return path.substr(0, path.find('.')); }
-std::string leafOf(const std::string& path) { return path.substr(path.find('.') + 1); }
+std::string sectionOf(const std::string& path) {
+  return path.substr(0, path.find('.'));
+}
+std::string leafOf(const std::string& path) {
+  return path.substr(path.find('.') + 1);
+}
 
 const Key* findKey(const std::string& path) {
   for (const Key& key : schemaKeys()) {
@@ -57,7 +61,8 @@ std::string suggestionFor(const std::string& section, const std::string& leaf) {
   schema::fail(source, at, message, section + "." + leaf);
 }
 
-[[noreturn]] void failAt(const Origins& origins, const std::string& path, const std::string& message) {
+[[noreturn]] void failAt(const Origins& origins, const std::string& path,
+                         const std::string& message) {
   const auto it = origins.find(path);
   if (it == origins.end()) throw InputError(origins.at("").file, {}, message, path);
   throw InputError(it->second.file, it->second.position, message, path);
@@ -109,8 +114,9 @@ void checkLocal(const NodeConfig& config, const Origins& origins) {
   const NodeConfig::Consensus& consensus = config.consensus;
   if (consensus.maxResponders != 0 && consensus.minResponders > consensus.maxResponders) {
     failAt(origins, "consensus.min_responders",
-           "min_responders (" + std::to_string(consensus.minResponders) + ") is greater than max_responders (" +
-               std::to_string(consensus.maxResponders) + ")");
+           "min_responders (" + std::to_string(consensus.minResponders) +
+               ") is greater than max_responders (" + std::to_string(consensus.maxResponders) +
+               ")");
   }
   if (consensus.policy == "timeout" && consensus.timeoutMs >= consensus.hardDeadlineMs) {
     failAt(origins, "consensus.timeout_ms", "timeout_ms must be below consensus.hard_deadline_ms");
@@ -129,17 +135,20 @@ void checkLocal(const NodeConfig& config, const Origins& origins) {
   if (const std::string& http = config.status.http; !http.empty()) {
     const std::size_t colon = http.rfind(':');
     const std::string port = colon == std::string::npos ? "" : http.substr(colon + 1);
-    const bool numeric = !port.empty() && port.size() <= 5 &&
-                         std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (!numeric || std::stol(port) > 65535) failAt(origins, "status.http", "expected HOST:PORT, got '" + http + "'");
+    const bool numeric =
+        !port.empty() && port.size() <= 5 &&
+        std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!numeric || std::stol(port) > 65535)
+      failAt(origins, "status.http", "expected HOST:PORT, got '" + http + "'");
     if (!isLoopbackHost(http.substr(0, colon))) {
-      failAt(origins, "status.http", "the HTTP endpoint has no authentication: bind it to loopback (127.0.0.1)");
+      failAt(origins, "status.http",
+             "the HTTP endpoint has no authentication: bind it to loopback (127.0.0.1)");
     }
   }
 }
 
-NodeConfig readTree(const YamlNode& root, const std::string& fileName, const std::vector<std::string>& overrides,
-                    Origins& origins) {
+NodeConfig readTree(const YamlNode& root, const std::string& fileName,
+                    const std::vector<std::string>& overrides, Origins& origins) {
   const Source source{fileName};
   origins[""] = {fileName, {1, 1}};
   if (root.kind == NodeKind::Null) schema::fail(source, root, "config file is empty", "");
@@ -166,10 +175,11 @@ NodeConfig readTree(const YamlNode& root, const std::string& fileName, const std
 
 }  // namespace
 
-NodeConfig readConfig(std::string_view text, const std::string& fileName, const std::vector<std::string>& overrides,
-                      Origins* origins) {
+NodeConfig readConfig(std::string_view text, const std::string& fileName,
+                      const std::vector<std::string>& overrides, Origins* origins) {
   Origins local;
-  return readTree(schema::parseYaml(text, fileName), fileName, overrides, origins ? *origins : local);
+  return readTree(schema::parseYaml(text, fileName), fileName, overrides,
+                  origins ? *origins : local);
 }
 
 LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>& overrides) {
@@ -181,7 +191,8 @@ LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>&
   for (const Key& key : schemaKeys()) {
     if (!key.pathField) continue;
     std::string& value = key.pathField(config);
-    if (!value.empty() && !fs::path(value).is_absolute()) value = (folder / value).lexically_normal().string();
+    if (!value.empty() && !fs::path(value).is_absolute())
+      value = (folder / value).lexically_normal().string();
   }
 
   std::error_code error;
@@ -193,38 +204,44 @@ LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>&
   if (!index) {
     failAt(origins, "node.id",
            "node '" + config.node.id + "' is not in topology " + config.topology.file + " (" +
-               std::to_string(graph.size()) + " nodes, " + graph.node(0).id + ".." + graph.nodes().back().id + ")");
+               std::to_string(graph.size()) + " nodes, " + graph.node(0).id + ".." +
+               graph.nodes().back().id + ")");
   }
   const auto degree = static_cast<std::int64_t>(graph.inNeighbors(*index).size());
   NodeConfig::Consensus& consensus = config.consensus;
   if (degree > 0 && consensus.minResponders > degree) {
     failAt(origins, "consensus.min_responders",
-           "min_responders (" + std::to_string(consensus.minResponders) + ") exceeds this node's degree (" +
-               std::to_string(degree) + ")");
+           "min_responders (" + std::to_string(consensus.minResponders) +
+               ") exceeds this node's degree (" + std::to_string(degree) + ")");
   }
   if (consensus.maxResponders > degree) {
     failAt(origins, "consensus.max_responders",
-           "max_responders (" + std::to_string(consensus.maxResponders) + ") exceeds this node's degree (" +
-               std::to_string(degree) + ")");
+           "max_responders (" + std::to_string(consensus.maxResponders) +
+               ") exceeds this node's degree (" + std::to_string(degree) + ")");
   }
-  if (consensus.policy == "static" && consensus.backups > degree - std::min(consensus.minResponders, degree)) {
+  if (consensus.policy == "static" &&
+      consensus.backups > degree - std::min(consensus.minResponders, degree)) {
     failAt(origins, "consensus.backups",
            "backups (" + std::to_string(consensus.backups) + ") leave fewer than min_responders (" +
-               std::to_string(consensus.minResponders) + ") of this node's " + std::to_string(degree) + " neighbours");
+               std::to_string(consensus.minResponders) + ") of this node's " +
+               std::to_string(degree) + " neighbours");
   }
   if (config.security.curve) {
     for (const topology::NodeSpec& node : graph.nodes()) {
       if (node.publicKey.empty()) {
-        failAt(origins, "security.curve", "security.curve needs a public_key for every node; '" + node.id +
-                                              "' in " + config.topology.file + " has none");
+        failAt(origins, "security.curve",
+               "security.curve needs a public_key for every node; '" + node.id + "' in " +
+                   config.topology.file + " has none");
       }
     }
   }
   if (config.status.socket.empty()) {
     const std::string& fromTopology = graph.node(*index).status;
-    config.status.socket = fromTopology.empty() ? "/run/consensusd/" + config.node.id + ".sock" : fromTopology;
+    config.status.socket =
+        fromTopology.empty() ? "/run/consensusd/" + config.node.id + ".sock" : fromTopology;
   }
-  if (config.checkpoint.dir.empty()) config.checkpoint.dir = "/var/lib/consensusd/" + config.node.id;
+  if (config.checkpoint.dir.empty())
+    config.checkpoint.dir = "/var/lib/consensusd/" + config.node.id;
   return {std::move(config), std::move(graph), *index};
 }
 

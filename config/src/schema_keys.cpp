@@ -33,36 +33,63 @@ std::string showString(const std::string& value) {
   return out + "\"";
 }
 
-std::string rangeText(double min, double max) { return "[" + showDouble(min) + ", " + showDouble(max) + "]"; }
+std::string rangeText(double min, double max) {
+  return "[" + showDouble(min) + ", " + showDouble(max) + "]";
+}
 
 template <class Ref>
 Key integer(std::string path, Ref ref, std::int64_t min, std::int64_t max, std::string doc) {
-  const std::string range = "[" + std::to_string(min) + ", " + (max == kMaxInt ? "inf" : std::to_string(max)) + "]";
-  return {path, "integer", range, std::move(doc),
-          [=](NodeConfig& c, const Source& s, const YamlNode& n) { ref(c) = schema::readInt(s, n, path, min, max); },
-          [=](const NodeConfig& c) { return std::to_string(ref(c)); }, {}};
+  const std::string range =
+      "[" + std::to_string(min) + ", " + (max == kMaxInt ? "inf" : std::to_string(max)) + "]";
+  return {path,
+          "integer",
+          range,
+          std::move(doc),
+          [=](NodeConfig& c, const Source& s, const YamlNode& n) {
+            ref(c) = schema::readInt(s, n, path, min, max);
+          },
+          [=](const NodeConfig& c) { return std::to_string(ref(c)); },
+          {}};
 }
 
 template <class Ref>
 Key number(std::string path, Ref ref, double min, double max, std::string doc) {
   const std::string range = max >= kHuge ? "[" + showDouble(min) + ", inf)" : rangeText(min, max);
-  return {path, "number", range, std::move(doc),
-          [=](NodeConfig& c, const Source& s, const YamlNode& n) { ref(c) = schema::readDouble(s, n, path, min, max); },
-          [=](const NodeConfig& c) { return showDouble(ref(c)); }, {}};
+  return {path,
+          "number",
+          range,
+          std::move(doc),
+          [=](NodeConfig& c, const Source& s, const YamlNode& n) {
+            ref(c) = schema::readDouble(s, n, path, min, max);
+          },
+          [=](const NodeConfig& c) { return showDouble(ref(c)); },
+          {}};
 }
 
 template <class Ref>
 Key flag(std::string path, Ref ref, std::string doc) {
-  return {path, "boolean", "true | false", std::move(doc),
-          [=](NodeConfig& c, const Source& s, const YamlNode& n) { ref(c) = schema::readBool(s, n, path); },
-          [=](const NodeConfig& c) { return std::string(ref(c) ? "true" : "false"); }, {}};
+  return {path,
+          "boolean",
+          "true | false",
+          std::move(doc),
+          [=](NodeConfig& c, const Source& s, const YamlNode& n) {
+            ref(c) = schema::readBool(s, n, path);
+          },
+          [=](const NodeConfig& c) { return std::string(ref(c) ? "true" : "false"); },
+          {}};
 }
 
 template <class Ref>
 Key text(std::string path, Ref ref, std::string type, std::string doc) {
-  Key key{path, type, "", std::move(doc),
-          [=](NodeConfig& c, const Source& s, const YamlNode& n) { ref(c) = schema::readString(s, n, path); },
-          [=](const NodeConfig& c) { return showString(ref(c)); }, {}};
+  Key key{path,
+          type,
+          "",
+          std::move(doc),
+          [=](NodeConfig& c, const Source& s, const YamlNode& n) {
+            ref(c) = schema::readString(s, n, path);
+          },
+          [=](const NodeConfig& c) { return showString(ref(c)); },
+          {}};
   if (type == "path") key.pathField = [=](NodeConfig& c) -> std::string& { return ref(c); };
   return key;
 }
@@ -71,17 +98,26 @@ template <class Ref>
 Key choice(std::string path, Ref ref, std::vector<std::string> choices, std::string doc) {
   std::string range;
   for (const std::string& option : choices) range += (range.empty() ? "" : " | ") + option;
-  return {path, "choice", range, std::move(doc),
-          [=](NodeConfig& c, const Source& s, const YamlNode& n) { ref(c) = schema::readChoice(s, n, path, choices); },
-          [=](const NodeConfig& c) { return ref(c); }, {}};
+  return {path,
+          "choice",
+          range,
+          std::move(doc),
+          [=, choices = std::move(choices)](NodeConfig& c, const Source& s, const YamlNode& n) {
+            ref(c) = schema::readChoice(s, n, path, choices);
+          },
+          [=](const NodeConfig& c) { return ref(c); },
+          {}};
 }
 
 template <class Ref>
-Key integerList(std::string path, Ref ref, std::size_t maxLength, std::int64_t min, std::int64_t max,
-                std::string doc) {
-  const std::string range = "up to " + std::to_string(maxLength) + " of [" + std::to_string(min) + ", " +
-                            std::to_string(max) + "]";
-  return {path, "list of integers", range, std::move(doc),
+Key integerList(std::string path, Ref ref, std::size_t maxLength, std::int64_t min,
+                std::int64_t max, std::string doc) {
+  const std::string range = "up to " + std::to_string(maxLength) + " of [" + std::to_string(min) +
+                            ", " + std::to_string(max) + "]";
+  return {path,
+          "list of integers",
+          range,
+          std::move(doc),
           [=](NodeConfig& c, const Source& s, const YamlNode& n) {
             if (n.kind != schema::NodeKind::Sequence) {
               schema::fail(s, n, "expected a list, got " + schema::describe(n), path);
@@ -91,31 +127,38 @@ Key integerList(std::string path, Ref ref, std::size_t maxLength, std::int64_t m
             }
             std::vector<std::int64_t> values;
             for (std::size_t i = 0; i < n.items.size(); ++i) {
-              values.push_back(schema::readInt(s, n.items[i], path + "[" + std::to_string(i) + "]", min, max));
+              values.push_back(
+                  schema::readInt(s, n.items[i], path + "[" + std::to_string(i) + "]", min, max));
             }
             ref(c) = std::move(values);
           },
           [=](const NodeConfig& c) {
             std::string out = "[";
-            for (const std::int64_t value : ref(c)) out += (out.size() > 1 ? ", " : "") + std::to_string(value);
+            for (const std::int64_t value : ref(c))
+              out += (out.size() > 1 ? ", " : "") + std::to_string(value);
             return out + "]";
-          }, {}};
+          },
+          {}};
 }
 
 // `[](auto& c) -> auto& { return c.x; }` works on both const and mutable configs.
-#define CONSENSUSD_FIELD(member) [](auto& c) -> auto& { return c.member; }
+#define CONSENSUSD_FIELD(member) ([](auto& c) -> auto& { return c.member; })
 
 std::vector<Key> makeKeys() {
   return {
-      text("node.id", CONSENSUSD_FIELD(node.id), "string", "This node's id; must be a node of the topology. Required."),
+      text("node.id", CONSENSUSD_FIELD(node.id), "string",
+           "This node's id; must be a node of the topology. Required."),
       text("topology.file", CONSENSUSD_FIELD(topology.file), "path",
            "Topology file (DESIGN.md §4), relative to this config's folder. Required."),
 
       choice("data.dataset", CONSENSUSD_FIELD(data.dataset),
-             {"fashion-mnist", "mnist", "libsvm", "csv", "synthetic-least-squares", "synthetic-logistic"},
+             {"fashion-mnist", "mnist", "libsvm", "csv", "synthetic-least-squares",
+              "synthetic-logistic"},
              "Training data set."),
-      text("data.path", CONSENSUSD_FIELD(data.path), "path", "Folder (IDX) or file (LIBSVM, CSV) holding the data."),
-      choice("data.partition", CONSENSUSD_FIELD(data.partition), {"iid", "contiguous", "shards", "dirichlet"},
+      text("data.path", CONSENSUSD_FIELD(data.path), "path",
+           "Folder (IDX) or file (LIBSVM, CSV) holding the data."),
+      choice("data.partition", CONSENSUSD_FIELD(data.partition),
+             {"iid", "contiguous", "shards", "dirichlet"},
              "How the training set is split across the topology's nodes."),
       integer("data.shards_per_node", CONSENSUSD_FIELD(data.shardsPerNode), 1, 1000,
               "Classes per node with partition: shards."),
@@ -126,8 +169,8 @@ std::vector<Key> makeKeys() {
       integer("data.seed", CONSENSUSD_FIELD(data.seed), 0, kMaxInt,
               "Seed of the partition; must be the same on every node."),
 
-      choice("model.kind", CONSENSUSD_FIELD(model.kind), {"least-squares", "logistic", "softmax", "mlp"},
-             "Model to train."),
+      choice("model.kind", CONSENSUSD_FIELD(model.kind),
+             {"least-squares", "logistic", "softmax", "mlp"}, "Model to train."),
       integerList("model.hidden", CONSENSUSD_FIELD(model.hidden), 2, 1, 65536,
                   "Hidden layer widths with kind: mlp (1 or 2 layers)."),
       choice("model.dtype", CONSENSUSD_FIELD(model.dtype), {"float32", "float64"},
@@ -136,18 +179,22 @@ std::vector<Key> makeKeys() {
               "Seed of the initial parameters; the same on every node."),
 
       integer("train.batch_size", CONSENSUSD_FIELD(train.batchSize), 1, 65536, "Minibatch size B."),
-      number("train.learning_rate", CONSENSUSD_FIELD(train.learningRate), 1e-9, 100, "Step size eta_0."),
-      choice("train.schedule", CONSENSUSD_FIELD(train.schedule), {"constant", "step", "inverse-sqrt", "cosine"},
-             "Learning-rate schedule over rounds."),
+      number("train.learning_rate", CONSENSUSD_FIELD(train.learningRate), 1e-9, 100,
+             "Step size eta_0."),
+      choice("train.schedule", CONSENSUSD_FIELD(train.schedule),
+             {"constant", "step", "inverse-sqrt", "cosine"}, "Learning-rate schedule over rounds."),
       integer("train.step_every_rounds", CONSENSUSD_FIELD(train.stepEveryRounds), 1, kMaxInt,
               "With schedule: step, multiply the rate by step_factor every this many rounds."),
-      number("train.step_factor", CONSENSUSD_FIELD(train.stepFactor), 1e-6, 1, "Factor of schedule: step."),
+      number("train.step_factor", CONSENSUSD_FIELD(train.stepFactor), 1e-6, 1,
+             "Factor of schedule: step."),
       number("train.momentum", CONSENSUSD_FIELD(train.momentum), 0, 0.999, "Heavy-ball momentum."),
       number("train.weight_decay", CONSENSUSD_FIELD(train.weightDecay), 0, 1, "L2 weight decay."),
-      integer("train.rounds", CONSENSUSD_FIELD(train.rounds), 0, kMaxInt, "Rounds to run; 0 = until stopped."),
+      integer("train.rounds", CONSENSUSD_FIELD(train.rounds), 0, kMaxInt,
+              "Rounds to run; 0 = until stopped."),
       number("train.until_accuracy", CONSENSUSD_FIELD(train.untilAccuracy), 0, 1,
              "Stop once test accuracy reaches this; 0 = off."),
-      number("train.max_time_s", CONSENSUSD_FIELD(train.maxTimeS), 0, kHuge, "Stop after this wall time; 0 = off."),
+      number("train.max_time_s", CONSENSUSD_FIELD(train.maxTimeS), 0, kHuge,
+             "Stop after this wall time; 0 = off."),
       integer("train.eval_every_rounds", CONSENSUSD_FIELD(train.evalEveryRounds), 0, kMaxInt,
               "Test-set evaluation period; 0 = never."),
 
@@ -207,7 +254,8 @@ std::vector<Key> makeKeys() {
               "Last round it applies to; 0 = until the end."),
       number("straggler.link_delay_ms", CONSENSUSD_FIELD(straggler.linkDelayMs), 0, kHuge,
              "Extra delay on every message this node sends."),
-      integer("straggler.seed", CONSENSUSD_FIELD(straggler.seed), 0, kMaxInt, "Seed of the delay draws."),
+      integer("straggler.seed", CONSENSUSD_FIELD(straggler.seed), 0, kMaxInt,
+              "Seed of the delay draws."),
 
       text("status.socket", CONSENSUSD_FIELD(status.socket), "path",
            "Status socket; \"\" = the topology's status path, else /run/consensusd/<id>.sock."),
@@ -218,13 +266,16 @@ std::vector<Key> makeKeys() {
            "Checkpoint folder; \"\" = /var/lib/consensusd/<id>."),
       integer("checkpoint.every_rounds", CONSENSUSD_FIELD(checkpoint.everyRounds), 0, kMaxInt,
               "Checkpoint period; 0 = only on stop."),
-      integer("checkpoint.keep", CONSENSUSD_FIELD(checkpoint.keep), 2, 100, "Generations kept (at least 2)."),
+      integer("checkpoint.keep", CONSENSUSD_FIELD(checkpoint.keep), 2, 100,
+              "Generations kept (at least 2)."),
 
-      flag("security.curve", CONSENSUSD_FIELD(security.curve), "Authenticate and encrypt links with CurveZMQ."),
+      flag("security.curve", CONSENSUSD_FIELD(security.curve),
+           "Authenticate and encrypt links with CurveZMQ."),
       text("security.secret_key_file", CONSENSUSD_FIELD(security.secretKeyFile), "path",
            "This node's secret key (consensusctl keygen), mode 0600."),
 
-      choice("log.level", CONSENSUSD_FIELD(log.level), {"trace", "debug", "info", "warn", "error"}, "Log level."),
+      choice("log.level", CONSENSUSD_FIELD(log.level), {"trace", "debug", "info", "warn", "error"},
+             "Log level."),
       text("log.metrics_file", CONSENSUSD_FIELD(log.metricsFile), "path",
            "Per-round metrics as JSON lines; \"\" = off."),
       number("log.progress_every_s", CONSENSUSD_FIELD(log.progressEveryS), 0.1, kHuge,
@@ -239,6 +290,20 @@ std::vector<Key> makeKeys() {
 const std::vector<Key>& schemaKeys() {
   static const std::vector<Key> kKeys = makeKeys();
   return kKeys;
+}
+
+std::string schemaTable() {
+  const NodeConfig defaults;
+  std::string out = "| key | type | default | range | meaning |\n|---|---|---|---|---|\n";
+  for (const Key& key : schemaKeys()) {
+    std::string range = key.range;
+    for (std::size_t at = range.find('|'); at != std::string::npos; at = range.find('|', at + 2)) {
+      range.replace(at, 1, "\\|");
+    }
+    out += "| `" + key.path + "` | " + key.type + " | `" + key.show(defaults) + "` | " + range +
+           " | " + key.doc + " |\n";
+  }
+  return out;
 }
 
 }  // namespace consensusd::config

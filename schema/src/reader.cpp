@@ -27,11 +27,13 @@ std::size_t editDistance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-bool isPlainScalar(const YamlNode& node) { return node.kind == NodeKind::Scalar && !node.quoted; }
+bool isPlainScalar(const YamlNode& node) {
+  return node.kind == NodeKind::Scalar && !node.quoted;
+}
 
 bool isBoolText(std::string_view text) {
-  return text == "true" || text == "false" || text == "True" || text == "False" ||
-         text == "TRUE" || text == "FALSE";
+  return text == "true" || text == "false" || text == "True" || text == "False" || text == "TRUE" ||
+         text == "FALSE";
 }
 
 bool parseDouble(const std::string& text, double& out) {
@@ -95,7 +97,8 @@ std::string joinPath(std::string_view parent, std::string_view key) {
 }
 
 std::string readString(const Source& source, const YamlNode& node, const std::string& path) {
-  if (node.kind != NodeKind::Scalar) fail(source, node, "expected a string, got " + describe(node), path);
+  if (node.kind != NodeKind::Scalar)
+    fail(source, node, "expected a string, got " + describe(node), path);
   return node.scalar;
 }
 
@@ -116,7 +119,8 @@ std::int64_t readInt(const Source& source, const YamlNode& node, const std::stri
   }
   if (value < min || value > max) {
     fail(source, node,
-         "value " + text + " is out of range [" + std::to_string(min) + ", " + std::to_string(max) + "]",
+         "value " + text + " is out of range [" + std::to_string(min) + ", " + std::to_string(max) +
+             "]",
          path);
   }
   return value;
@@ -131,7 +135,8 @@ double readDouble(const Source& source, const YamlNode& node, const std::string&
   if (!std::isfinite(value)) fail(source, node, "value must be finite", path);
   if (value < min || value > max) {
     fail(source, node,
-         "value " + node.scalar + " is out of range [" + formatNumber(min) + ", " + formatNumber(max) + "]",
+         "value " + node.scalar + " is out of range [" + formatNumber(min) + ", " +
+             formatNumber(max) + "]",
          path);
   }
   return value;
@@ -139,7 +144,7 @@ double readDouble(const Source& source, const YamlNode& node, const std::string&
 
 std::string readChoice(const Source& source, const YamlNode& node, const std::string& path,
                        const std::vector<std::string>& choices) {
-  const std::string value = readString(source, node, path);
+  std::string value = readString(source, node, path);
   if (std::find(choices.begin(), choices.end(), value) != choices.end()) return value;
   std::string message = "unknown value '" + value + "'";
   if (const std::string close = closestMatch(value, choices); !close.empty()) {
@@ -158,7 +163,8 @@ MapReader::MapReader(const Source& source, const YamlNode& node, std::string pat
   }
   std::set<std::string_view> seen;
   for (const auto& [key, value] : node.entries) {
-    if (key.kind != NodeKind::Scalar) fail(source, key, "keys must be strings, got " + describe(key), path_);
+    if (key.kind != NodeKind::Scalar)
+      fail(source, key, "keys must be strings, got " + describe(key), path_);
     if (!seen.insert(key.scalar).second) {
       fail(source, key, "duplicate key '" + key.scalar + "'", childPath(key.scalar));
     }

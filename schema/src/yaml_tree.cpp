@@ -12,7 +12,9 @@
 namespace consensusd::schema {
 namespace {
 
-Position toPosition(const YAML::Mark& mark) { return {mark.line + 1, mark.column + 1}; }
+Position toPosition(const YAML::Mark& mark) {
+  return {mark.line + 1, mark.column + 1};
+}
 
 // Builds a YamlNode tree from parser events, enforcing the limits as it goes:
 // the depth check runs before yaml-cpp recurses further, the node count
@@ -97,7 +99,7 @@ class TreeBuilder : public YAML::EventHandler {
     } else if (!top.pendingKey) {
       top.pendingKey = std::move(node);
     } else {
-      top.node.entries.emplace_back(std::move(*top.pendingKey), std::move(node));
+      top.node.entries.push_back({std::move(*top.pendingKey), std::move(node)});
       top.pendingKey.reset();
     }
   }
@@ -115,7 +117,8 @@ std::string readAll(std::istream& in, const std::string& fileName, const YamlLim
   while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
     text.append(buffer, static_cast<std::size_t>(in.gcount()));
     if (text.size() > limits.maxBytes) {
-      throw InputError(fileName, {}, "file is larger than " + std::to_string(limits.maxBytes) + " bytes");
+      throw InputError(fileName, {},
+                       "file is larger than " + std::to_string(limits.maxBytes) + " bytes");
     }
   }
   return text;
@@ -125,7 +128,8 @@ std::string readAll(std::istream& in, const std::string& fileName, const YamlLim
 
 YamlNode parseYaml(std::string_view text, const std::string& fileName, const YamlLimits& limits) {
   if (text.size() > limits.maxBytes) {
-    throw InputError(fileName, {}, "file is larger than " + std::to_string(limits.maxBytes) + " bytes");
+    throw InputError(fileName, {},
+                     "file is larger than " + std::to_string(limits.maxBytes) + " bytes");
   }
   std::istringstream stream{std::string(text)};
   TreeBuilder builder(fileName, limits);

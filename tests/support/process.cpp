@@ -31,6 +31,7 @@ ProcessResult runProcess(const std::vector<std::string>& argv, const std::string
   check(pipe2(out, O_CLOEXEC), "pipe");
   check(pipe2(err, O_CLOEXEC), "pipe");
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
 
@@ -58,7 +59,8 @@ ProcessResult runProcess(const std::vector<std::string>& argv, const std::string
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   int openOutputs = 2;
   while (openOutputs > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       result.timedOut = true;
       kill(pid, SIGKILL);
@@ -101,9 +103,10 @@ ProcessResult runProcess(const std::vector<std::string>& argv, const std::string
 }
 
 TempDir::TempDir() {
-  const char* base = std::getenv("TMPDIR");
+  const char* base = std::getenv("TMPDIR");  // NOLINT(concurrency-mt-unsafe): tests set no env
   std::string pattern = std::string(base != nullptr ? base : "/tmp") + "/consensusd-test-XXXXXX";
-  if (mkdtemp(pattern.data()) == nullptr) throw std::system_error(errno, std::generic_category(), "mkdtemp");
+  if (mkdtemp(pattern.data()) == nullptr)
+    throw std::system_error(errno, std::generic_category(), "mkdtemp");
   path_ = pattern;
 }
 
@@ -113,7 +116,7 @@ TempDir::~TempDir() {
 }
 
 std::string TempDir::write(const std::string& name, const std::string& text) const {
-  const std::string file = path_ + "/" + name;
+  std::string file = path_ + "/" + name;
   std::ofstream(file, std::ios::binary) << text;
   return file;
 }

@@ -10,8 +10,8 @@
 namespace consensusd::testing {
 
 struct ProcessResult {
-  int exitCode = -1;    // -1 when killed by a signal
-  int signal = 0;       // the signal that ended it, 0 if it exited
+  int exitCode = -1;  // -1 when killed by a signal
+  int signal = 0;     // the signal that ended it, 0 if it exited
   bool timedOut = false;
   std::string out;
   std::string err;

@@ -43,7 +43,8 @@ Eigen::MatrixXd mixingMatrix(const Topology& topology) {
   for (Eigen::Index i = 0; i < n; ++i) {
     const auto row = static_cast<std::size_t>(i);
     w(i, i) = topology.selfWeight(row);
-    for (const Neighbor& j : topology.inNeighbors(row)) w(i, static_cast<Eigen::Index>(j.index)) = j.weight;
+    for (const Neighbor& j : topology.inNeighbors(row))
+      w(i, static_cast<Eigen::Index>(j.index)) = j.weight;
   }
   return w;
 }

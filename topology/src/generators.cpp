@@ -23,7 +23,9 @@ std::size_t uniformBelow(std::mt19937_64& rng, std::size_t bound) {
   return static_cast<std::size_t>(value % range);
 }
 
-double uniformUnit(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+double uniformUnit(std::mt19937_64& rng) {
+  return static_cast<double>(rng() >> 11) * 0x1.0p-53;
+}
 
 void addUndirected(EdgeSet& edges, std::size_t a, std::size_t b) {
   if (a != b) edges.emplace(std::min(a, b), std::max(a, b));
@@ -58,7 +60,8 @@ bool connected(std::size_t n, const EdgeSet& edges) {
 EdgeSet randomRegular(std::size_t n, std::size_t k, std::mt19937_64& rng) {
   if (k < 1 || k >= n) throw GeneratorError("random-regular needs 1 <= degree < nodes");
   if ((n * k) % 2 != 0) throw GeneratorError("random-regular needs nodes * degree to be even");
-  if (k == 1 && n > 2) throw GeneratorError("random-regular with degree 1 is disconnected for more than 2 nodes");
+  if (k == 1 && n > 2)
+    throw GeneratorError("random-regular with degree 1 is disconnected for more than 2 nodes");
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     std::vector<std::size_t> stubs;
     for (std::size_t v = 0; v < n; ++v) stubs.insert(stubs.end(), k, v);
@@ -101,13 +104,16 @@ EdgeSet erdosRenyi(std::size_t n, double p, std::mt19937_64& rng) {
                        " samples; raise --probability");
 }
 
-bool isPowerOfTwo(std::size_t n) { return n != 0 && (n & (n - 1)) == 0; }
+bool isPowerOfTwo(std::size_t n) {
+  return n != 0 && (n & (n - 1)) == 0;
+}
 
 }  // namespace
 
 const std::vector<std::string>& generatorKinds() {
-  static const std::vector<std::string> kKinds{"ring",      "chain",       "star",           "complete", "torus",
-                                               "hypercube", "exponential", "random-regular", "erdos-renyi"};
+  static const std::vector<std::string> kKinds{"ring",        "chain",          "star",
+                                               "complete",    "torus",          "hypercube",
+                                               "exponential", "random-regular", "erdos-renyi"};
   return kKinds;
 }
 
@@ -115,10 +121,13 @@ TopologySpec generate(const GeneratorOptions& options) {
   const std::string& kind = options.kind;
   std::size_t n = options.nodes;
   if (kind == "torus") {
-    if (options.rows == 0 && options.cols == 0) throw GeneratorError("torus needs --rows and --cols");
-    if (options.rows == 0 || options.cols == 0) throw GeneratorError("torus needs both --rows and --cols");
+    if (options.rows == 0 && options.cols == 0)
+      throw GeneratorError("torus needs --rows and --cols");
+    if (options.rows == 0 || options.cols == 0)
+      throw GeneratorError("torus needs both --rows and --cols");
     if (n != 0 && n != options.rows * options.cols) {
-      throw GeneratorError("torus: --nodes must equal rows * cols (" + std::to_string(options.rows * options.cols) + ")");
+      throw GeneratorError("torus: --nodes must equal rows * cols (" +
+                           std::to_string(options.rows * options.cols) + ")");
     }
     n = options.rows * options.cols;
   }
@@ -128,7 +137,8 @@ TopologySpec generate(const GeneratorOptions& options) {
   const std::size_t portsPerHost = (n + options.hosts.size() - 1) / options.hosts.size();
   if (options.basePort < 1 || options.basePort + portsPerHost - 1 > 65535) {
     throw GeneratorError("ports " + std::to_string(options.basePort) + ".." +
-                         std::to_string(options.basePort + portsPerHost - 1) + " are outside 1..65535");
+                         std::to_string(options.basePort + portsPerHost - 1) +
+                         " are outside 1..65535");
   }
 
   std::mt19937_64 rng(options.seed);
@@ -154,7 +164,8 @@ TopologySpec generate(const GeneratorOptions& options) {
       }
     }
   } else if (kind == "hypercube") {
-    if (!isPowerOfTwo(n)) throw GeneratorError("hypercube needs a power of two nodes, got " + std::to_string(n));
+    if (!isPowerOfTwo(n))
+      throw GeneratorError("hypercube needs a power of two nodes, got " + std::to_string(n));
     for (std::size_t i = 0; i < n; ++i) {
       for (std::size_t bit = 1; bit < n; bit <<= 1) addUndirected(edges, i, i ^ bit);
     }
@@ -183,7 +194,8 @@ TopologySpec generate(const GeneratorOptions& options) {
   for (std::size_t i = 0; i < n; ++i) {
     const std::string& host = options.hosts[i % options.hosts.size()];
     const std::size_t port = options.basePort + i / options.hosts.size();
-    spec.nodes.push_back({"n" + std::to_string(i), "tcp://" + host + ":" + std::to_string(port), {}, {}, {}, {}});
+    spec.nodes.push_back(
+        {"n" + std::to_string(i), "tcp://" + host + ":" + std::to_string(port), {}, {}, {}, {}});
   }
   for (const auto& [a, b] : edges) {
     spec.edges.push_back({"n" + std::to_string(a), "n" + std::to_string(b), std::nullopt, {}});

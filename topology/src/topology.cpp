@@ -23,7 +23,9 @@ std::string formatWeight(double value) {
   return buffer;
 }
 
-std::string lineOf(schema::Position at) { return "line " + std::to_string(at.line); }
+std::string lineOf(schema::Position at) {
+  return "line " + std::to_string(at.line);
+}
 
 bool validId(const std::string& id) {
   if (id.empty() || id.size() > kMaxIdLength) return false;
@@ -39,7 +41,8 @@ bool validEndpoint(const std::string& endpoint) {
   const std::size_t colon = endpoint.rfind(':');
   if (colon <= 6 || colon + 1 >= endpoint.size()) return false;
   const std::string port = endpoint.substr(colon + 1);
-  if (port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+  if (port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
     return false;
   }
   const long value = std::stol(port);
@@ -56,7 +59,8 @@ std::uint64_t fnv1a(const std::string& text) {
 }
 
 // Indices reachable from `start` following `adjacency`.
-std::vector<bool> reachable(const std::vector<std::vector<std::size_t>>& adjacency, std::size_t start) {
+std::vector<bool> reachable(const std::vector<std::vector<std::size_t>>& adjacency,
+                            std::size_t start) {
   std::vector<bool> seen(adjacency.size(), false);
   std::vector<std::size_t> stack{start};
   seen[start] = true;
@@ -151,16 +155,20 @@ Topology Topology::fromSpec(TopologySpec spec, const std::string& sourceFile) {
            path + ".id");
     }
     if (const auto [it, inserted] = fileIndex.emplace(node.id, i); !inserted) {
-      fail(node.at, "duplicate node id '" + node.id + "' (first at " + lineOf(spec.nodes[it->second].at) + ")",
+      fail(node.at,
+           "duplicate node id '" + node.id + "' (first at " + lineOf(spec.nodes[it->second].at) +
+               ")",
            path + ".id");
     }
     if (!validEndpoint(node.endpoint)) {
-      fail(node.at, "invalid endpoint '" + node.endpoint + "': expected tcp://HOST:PORT or ipc://PATH",
+      fail(node.at,
+           "invalid endpoint '" + node.endpoint + "': expected tcp://HOST:PORT or ipc://PATH",
            path + ".endpoint");
     }
     if (const auto [it, inserted] = endpointIndex.emplace(node.endpoint, i); !inserted) {
       fail(node.at,
-           "duplicate endpoint '" + node.endpoint + "' (also node '" + spec.nodes[it->second].id + "')",
+           "duplicate endpoint '" + node.endpoint + "' (also node '" + spec.nodes[it->second].id +
+               "')",
            path + ".endpoint");
     }
     if (node.selfWeight && !isExplicit) {
@@ -175,8 +183,9 @@ Topology Topology::fromSpec(TopologySpec spec, const std::string& sourceFile) {
   // Canonical node order and the index map from file order.
   std::vector<std::size_t> order(spec.nodes.size());
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(),
-            [&](std::size_t a, std::size_t b) { return naturalLess(spec.nodes[a].id, spec.nodes[b].id); });
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return naturalLess(spec.nodes[a].id, spec.nodes[b].id);
+  });
   std::map<std::string, std::size_t> indexOfId;
   for (std::size_t k = 0; k < order.size(); ++k) indexOfId[spec.nodes[order[k]].id] = k;
   const std::size_t n = order.size();
@@ -195,25 +204,28 @@ Topology Topology::fromSpec(TopologySpec spec, const std::string& sourceFile) {
     if (edge.weight && !isExplicit) {
       fail(edge.at, "edge weights are only allowed with mixing: explicit", path + ".weight");
     }
-    if (!edge.weight && isExplicit) fail(edge.at, "mixing: explicit needs a weight on every edge", path);
+    if (!edge.weight && isExplicit)
+      fail(edge.at, "mixing: explicit needs a weight on every edge", path);
     if (edge.weight && *edge.weight < 0) {
       fail(edge.at, "negative weight " + formatWeight(*edge.weight), path + ".weight");
     }
     if (edge.weight && *edge.weight > 1) {
-      fail(edge.at, "weight " + formatWeight(*edge.weight) + " is greater than 1", path + ".weight");
+      fail(edge.at, "weight " + formatWeight(*edge.weight) + " is greater than 1",
+           path + ".weight");
     }
     std::pair<std::size_t, std::size_t> key{from->second, to->second};
     if (!spec.directed && key.first > key.second) std::swap(key.first, key.second);
     if (const auto [it, inserted] = seenEdge.emplace(key, e); !inserted) {
       fail(edge.at,
-           "duplicate edge " + edge.from + (spec.directed ? " -> " : " -- ") + edge.to + " (first at " +
-               lineOf(spec.edges[it->second].at) + ")",
+           "duplicate edge " + edge.from + (spec.directed ? " -> " : " -- ") + edge.to +
+               " (first at " + lineOf(spec.edges[it->second].at) + ")",
            path);
     }
     edges.push_back({key.first, key.second, edge.weight});
   }
-  std::sort(edges.begin(), edges.end(),
-            [](const Edge& a, const Edge& b) { return std::tie(a.from, a.to) < std::tie(b.from, b.to); });
+  std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) {
+    return std::tie(a.from, a.to) < std::tie(b.from, b.to);
+  });
 
   // Arcs: (from -> to) means `to` mixes `from`.
   std::vector<std::vector<std::size_t>> forward(n);
@@ -231,9 +243,11 @@ Topology Topology::fromSpec(TopologySpec spec, const std::string& sourceFile) {
     const std::vector<bool> seen = reachable(*adjacency, 0);
     if (const auto missing = std::find(seen.begin(), seen.end(), false); missing != seen.end()) {
       const auto k = static_cast<std::size_t>(missing - seen.begin());
-      const std::string what = spec.directed ? "graph is not strongly connected: " : "graph is not connected: ";
-      const std::string detail = adjacency == &forward ? idOf(k) + " cannot be reached from " + idOf(0)
-                                                       : idOf(0) + " cannot be reached from " + idOf(k);
+      const std::string what =
+          spec.directed ? "graph is not strongly connected: " : "graph is not connected: ";
+      const std::string detail = adjacency == &forward
+                                     ? idOf(k) + " cannot be reached from " + idOf(0)
+                                     : idOf(0) + " cannot be reached from " + idOf(k);
       fail(spec.edgesAt, what + detail, "edges");
     }
   }
@@ -293,14 +307,16 @@ Topology Topology::fromSpec(TopologySpec spec, const std::string& sourceFile) {
     } else {
       if (sum > 1.0 + kWeightTolerance) {
         fail(node.at,
-             "in-weights of node '" + node.id + "' sum to " + formatWeight(sum) + " > 1 (not row-stochastic)",
+             "in-weights of node '" + node.id + "' sum to " + formatWeight(sum) +
+                 " > 1 (not row-stochastic)",
              path);
       }
       topology.self_[i] = std::max(0.0, 1.0 - sum);
     }
   }
   for (auto& out : topology.out_) {
-    std::sort(out.begin(), out.end(), [](const Neighbor& a, const Neighbor& b) { return a.index < b.index; });
+    std::sort(out.begin(), out.end(),
+              [](const Neighbor& a, const Neighbor& b) { return a.index < b.index; });
   }
   if (spec.doublyStochastic) {
     for (std::size_t j = 0; j < n; ++j) {
@@ -336,8 +352,9 @@ Topology Topology::fromSpec(TopologySpec spec, const std::string& sourceFile) {
 }
 
 std::optional<std::size_t> Topology::indexOf(const std::string& id) const {
-  const auto it = std::lower_bound(nodes_.begin(), nodes_.end(), id,
-                                   [](const NodeSpec& node, const std::string& key) { return naturalLess(node.id, key); });
+  const auto it = std::lower_bound(
+      nodes_.begin(), nodes_.end(), id,
+      [](const NodeSpec& node, const std::string& key) { return naturalLess(node.id, key); });
   if (it == nodes_.end() || it->id != id) return std::nullopt;
   return static_cast<std::size_t>(it - nodes_.begin());
 }

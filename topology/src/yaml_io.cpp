@@ -12,14 +12,16 @@ using schema::NodeKind;
 using schema::Source;
 using schema::YamlNode;
 
-const std::vector<std::string> kTopKeys{"name", "directed", "mixing", "doubly_stochastic", "nodes", "edges"};
+const std::vector<std::string> kTopKeys{"name",  "directed", "mixing", "doubly_stochastic",
+                                        "nodes", "edges"};
 const std::vector<std::string> kNodeKeys{"id", "endpoint", "status", "public_key", "self_weight"};
 const std::vector<std::string> kEdgeKeys{"from", "to", "weight"};
 
 const YamlNode& requireList(const Source& source, const MapReader& map, std::string_view key) {
   const YamlNode& node = map.require(key);
   if (node.kind != NodeKind::Sequence) {
-    schema::fail(source, node, "expected a list, got " + schema::describe(node), map.childPath(key));
+    schema::fail(source, node, "expected a list, got " + schema::describe(node),
+                 map.childPath(key));
   }
   return node;
 }
@@ -42,7 +44,8 @@ NodeSpec readNode(const Source& source, const YamlNode& item, const std::string&
     }
   }
   if (const YamlNode* weight = map.find("self_weight")) {
-    node.selfWeight = schema::readDouble(source, *weight, map.childPath("self_weight"), -1e300, 1e300);
+    node.selfWeight =
+        schema::readDouble(source, *weight, map.childPath("self_weight"), -1e300, 1e300);
   }
   return node;
 }
@@ -52,16 +55,17 @@ EdgeSpec readEdge(const Source& source, const YamlNode& item, const std::string&
   edge.at = item.position;
   if (item.kind == NodeKind::Sequence) {
     if (item.items.size() != 2) {
-      schema::fail(source, item,
-                   "an edge list needs exactly 2 node ids, got " + std::to_string(item.items.size()), path);
+      schema::fail(
+          source, item,
+          "an edge list needs exactly 2 node ids, got " + std::to_string(item.items.size()), path);
     }
     edge.from = schema::readString(source, item.items[0], path + "[0]");
     edge.to = schema::readString(source, item.items[1], path + "[1]");
     return edge;
   }
   if (item.kind != NodeKind::Map) {
-    schema::fail(source, item, "expected [from, to] or {from, to, weight}, got " + schema::describe(item),
-                 path);
+    schema::fail(source, item,
+                 "expected [from, to] or {from, to, weight}, got " + schema::describe(item), path);
   }
   const MapReader map(source, item, path);
   map.rejectUnknown(kEdgeKeys);
@@ -86,10 +90,13 @@ TopologySpec readTopologySpec(const Source& source, const YamlNode& root) {
   const MapReader map(source, root, "");
   map.rejectUnknown(kTopKeys);
   TopologySpec spec;
-  if (const YamlNode* name = map.find("name")) spec.name = schema::readString(source, *name, "name");
-  if (const YamlNode* directed = map.find("directed")) spec.directed = schema::readBool(source, *directed, "directed");
+  if (const YamlNode* name = map.find("name"))
+    spec.name = schema::readString(source, *name, "name");
+  if (const YamlNode* directed = map.find("directed"))
+    spec.directed = schema::readBool(source, *directed, "directed");
   if (const YamlNode* mixing = map.find("mixing")) {
-    spec.mixing = *parseMixingRule(schema::readChoice(source, *mixing, "mixing", mixingRuleNames()));
+    spec.mixing =
+        *parseMixingRule(schema::readChoice(source, *mixing, "mixing", mixingRuleNames()));
   }
   if (const YamlNode* doubly = map.find("doubly_stochastic")) {
     spec.doublyStochastic = schema::readBool(source, *doubly, "doubly_stochastic");
@@ -129,11 +136,13 @@ std::string toYaml(const Topology& topology) {
     out << YAML::Flow << YAML::BeginMap;
     out << YAML::Key << "id" << YAML::Value << node.id;
     out << YAML::Key << "endpoint" << YAML::Value << YAML::DoubleQuoted << node.endpoint;
-    if (!node.status.empty()) out << YAML::Key << "status" << YAML::Value << YAML::DoubleQuoted << node.status;
+    if (!node.status.empty())
+      out << YAML::Key << "status" << YAML::Value << YAML::DoubleQuoted << node.status;
     if (!node.publicKey.empty()) {
       out << YAML::Key << "public_key" << YAML::Value << YAML::DoubleQuoted << node.publicKey;
     }
-    if (node.selfWeight) out << YAML::Key << "self_weight" << YAML::Value << shortest(*node.selfWeight);
+    if (node.selfWeight)
+      out << YAML::Key << "self_weight" << YAML::Value << shortest(*node.selfWeight);
     out << YAML::EndMap;
   }
   out << YAML::EndSeq;
@@ -142,8 +151,9 @@ std::string toYaml(const Topology& topology) {
     const std::string& from = topology.node(edge.from).id;
     const std::string& to = topology.node(edge.to).id;
     if (edge.weight) {
-      out << YAML::Flow << YAML::BeginMap << YAML::Key << "from" << YAML::Value << from << YAML::Key << "to"
-          << YAML::Value << to << YAML::Key << "weight" << YAML::Value << shortest(*edge.weight) << YAML::EndMap;
+      out << YAML::Flow << YAML::BeginMap << YAML::Key << "from" << YAML::Value << from << YAML::Key
+          << "to" << YAML::Value << to << YAML::Key << "weight" << YAML::Value
+          << shortest(*edge.weight) << YAML::EndMap;
     } else {
       out << YAML::Flow << YAML::BeginSeq << from << to << YAML::EndSeq;
     }

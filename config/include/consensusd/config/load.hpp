@@ -31,6 +31,9 @@ struct Key {
 
 const std::vector<Key>& schemaKeys();
 
+// Every key as a Markdown table row: key, type, default, range, meaning.
+std::string schemaTable();
+
 // Where each key got its value (file or --set), for cross-check errors.
 struct Origin {
   std::string file;

@@ -7,10 +7,11 @@
 
 namespace consensusd::schema {
 
-// 1-based line and column; 0 means "not known" (e.g. a whole-file problem).
+// 1-based line and column. Whole-file problems (cannot open, too large)
+// point at the start of the file.
 struct Position {
-  int line = 0;
-  int column = 0;
+  int line = 1;
+  int column = 1;
 };
 
 // Exit code for bad configuration (sysexits.h EX_CONFIG).

@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "consensusd/schema/input_error.hpp"
@@ -16,13 +15,20 @@ namespace consensusd::schema {
 
 enum class NodeKind { Null, Scalar, Sequence, Map };
 
+struct YamlEntry;
+
 struct YamlNode {
   NodeKind kind = NodeKind::Null;
   std::string scalar;   // Scalar only
   bool quoted = false;  // Scalar written quoted or as a block: always a string
   Position position;
-  std::vector<YamlNode> items;                          // Sequence
-  std::vector<std::pair<YamlNode, YamlNode>> entries;   // Map, in file order
+  std::vector<YamlNode> items;     // Sequence
+  std::vector<YamlEntry> entries;  // Map, in file order
+};
+
+struct YamlEntry {
+  YamlNode key;
+  YamlNode value;
 };
 
 struct YamlLimits {
@@ -32,7 +38,8 @@ struct YamlLimits {
 };
 
 // `fileName` is only used in error messages.
-YamlNode parseYaml(std::string_view text, const std::string& fileName, const YamlLimits& limits = {});
+YamlNode parseYaml(std::string_view text, const std::string& fileName,
+                   const YamlLimits& limits = {});
 
 // Reads `path` (or standard input for "-") under the same limits.
 YamlNode loadYamlFile(const std::string& path, const YamlLimits& limits = {});
