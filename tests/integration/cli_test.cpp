@@ -146,7 +146,7 @@ TEST_CASE("consensusd --check validates config and topology without binding") {
   CHECK(printed.out.find("  policy: dynamic\n") != std::string::npos);
 }
 
-TEST_CASE("--help and --version on every command; usage errors exit 64") {
+TEST_CASE("--help and --version on every command, usage errors exit 64") {
   for (const std::vector<std::string>& args : {std::vector<std::string>{CONSENSUSD, "--help"},
                                                {CONSENSUSCTL, "--help"},
                                                {CONSENSUSCTL, "topology", "--help"},

@@ -105,10 +105,10 @@ TEST_CASE("random generators are deterministic from the seed and always connecte
   regular.kind = "random-regular";
   regular.nodes = 1000;
   regular.degree = 6;
-  const Analysis a = analyze(Topology::fromSpec(generate(regular), "<g>"));
-  CHECK(a.minDegree == 6);
-  CHECK(a.maxDegree == 6);
-  CHECK(a.edges == 3000);
+  // fromSpec has checked connectivity; the dense spectrum is not needed here.
+  const Topology large = Topology::fromSpec(generate(regular), "<g>");
+  CHECK(large.edges().size() == 3000);
+  for (std::size_t i = 0; i < large.size(); ++i) CHECK(large.inNeighbors(i).size() == 6);
 }
 
 TEST_CASE("generator arguments are checked") {
