@@ -2,6 +2,7 @@
 
 #include <iostream>
 
+#include "consensusd/data/dataset.hpp"
 #include "consensusd/schema/input_error.hpp"
 #include "consensusd/topology/generators.hpp"
 #include "consensusd/version.hpp"
@@ -30,6 +31,9 @@ int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body) 
   } catch (const schema::InputError& e) {
     std::cerr << e.what() << "\n";
     return schema::kExitConfig;
+  } catch (const data::DataError& e) {
+    std::cerr << e.what() << "\n";
+    return kExitData;
   } catch (const topology::GeneratorError& e) {
     std::cerr << app.get_name() << ": " << e.what() << "\n";
     return kExitUsage;

@@ -10,11 +10,12 @@ namespace consensusd::cli {
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitUsage = 64;     // EX_USAGE: bad command line
+inline constexpr int kExitData = 65;      // EX_DATAERR: a bad data file
 inline constexpr int kExitSoftware = 70;  // EX_SOFTWARE: a bug
 // Bad config or topology: schema::kExitConfig (78).
 
 // Parses argv into `app`, then runs `body`. Maps CLI11 parse errors to 64,
-// schema::InputError to 78, anything else to 70.
+// data::DataError to 65, schema::InputError to 78, anything else to 70.
 int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
 
 // Adds --version printing the program name and version.

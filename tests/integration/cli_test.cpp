@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -146,13 +147,50 @@ TEST_CASE("consensusd --check validates config and topology without binding") {
   CHECK(printed.out.find("  policy: dynamic\n") != std::string::npos);
 }
 
+TEST_CASE("consensusctl train: progress, CSV curve, final accuracy") {
+  const TempDir dir;
+  const std::string config = dir.write(
+      "t.yaml", "node: {id: n0}\ntopology: {file: " + kExamples +
+                    "ring8.yaml}\ndata: {dataset: synthetic-logistic, scaling: standardize}\n"
+                    "model: {kind: logistic}\ntrain: {rounds: 400, eval_every_rounds: 100, "
+                    "learning_rate: 0.5}\n");
+  const std::string csv = dir.path() + "/curve.csv";
+  const ProcessResult train = ctl({"train", "--config", config, "--csv", csv});
+  CHECK(train.exitCode == 0);
+  CHECK(train.err.find("synthetic-logistic: 10000 train, 2000 test, 20 features, 2 classes") !=
+        std::string::npos);
+  CHECK(train.err.find("round     400  epoch   2") != std::string::npos);
+  CHECK(train.out.rfind("final: round 400, epoch 2, test accuracy 0.", 0) == 0);
+  std::ifstream in(csv);
+  std::string header;
+  std::getline(in, header);
+  CHECK(header ==
+        "round,epoch,elapsed_s,train_loss,test_loss,test_accuracy,grad_norm_sq,sample_variance,"
+        "samples_per_s");
+  int rows = 0;
+  for (std::string line; std::getline(in, line);) ++rows;
+  CHECK(rows == 4);
+}
+
+TEST_CASE("consensusctl train: a bad data file is one line and exit 65") {
+  const TempDir dir;
+  const std::string data = dir.write("bad.csv", "1,2,3\n4,five,6\n");
+  const std::string config =
+      dir.write("t.yaml", "node: {id: n0}\ntopology: {file: " + kExamples +
+                              "ring8.yaml}\ndata: {dataset: csv, path: bad.csv}\n");
+  const ProcessResult train = ctl({"train", "--config", config});
+  CHECK(train.exitCode == 65);
+  CHECK(train.err == data + ":2:3: non-numeric field 'five'\n");
+}
+
 TEST_CASE("--help and --version on every command, usage errors exit 64") {
   for (const std::vector<std::string>& args : {std::vector<std::string>{CONSENSUSD, "--help"},
                                                {CONSENSUSCTL, "--help"},
                                                {CONSENSUSCTL, "topology", "--help"},
                                                {CONSENSUSCTL, "topology", "gen", "--help"},
                                                {CONSENSUSCTL, "topology", "check", "--help"},
-                                               {CONSENSUSCTL, "topology", "info", "--help"}}) {
+                                               {CONSENSUSCTL, "topology", "info", "--help"},
+                                               {CONSENSUSCTL, "train", "--help"}}) {
     CAPTURE(args.back());
     const ProcessResult help = runProcess(args);
     CHECK(help.exitCode == 0);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "consensusd/config/load.hpp"
+#include "consensusd/config/params.hpp"
 #include "process.hpp"
 
 using consensusd::config::loadConfig;
@@ -193,5 +194,52 @@ TEST_CASE("the shipped examples pass") {
 
 TEST_CASE("config/README.md documents every key as the code defines it") {
   const std::string readme = slurp(std::string(CONSENSUSD_SOURCE_DIR) + "/config/README.md");
+  INFO("after a schema change, run scripts/config-reference");
   CHECK(readme.find(consensusd::config::schemaTable()) != std::string::npos);
+}
+
+TEST_CASE("every choice the schema accepts maps onto the data module") {
+  const NodeConfig defaults;
+  for (const auto& key : consensusd::config::schemaKeys()) {
+    if (key.type != "choice" || key.path.rfind("data.", 0) != 0) continue;
+    CAPTURE(key.path);
+    std::string range = key.range;
+    for (std::size_t start = 0; start < range.size();) {
+      const std::size_t bar = range.find(" | ", start);
+      const std::string value = range.substr(start, bar - start);
+      NodeConfig config = readConfig(kMinimal, "c.yaml", {key.path + "=" + value});
+      CHECK_NOTHROW(consensusd::config::dataSource(config));
+      CHECK_NOTHROW(consensusd::config::partitionOptions(config, 4));
+      start = bar == std::string::npos ? range.size() : bar + 3;
+    }
+  }
+  for (const char* kind : {"least-squares", "logistic", "softmax", "mlp"}) {
+    CHECK(consensusd::data::parseModelKind(kind).has_value());
+  }
+  for (const char* schedule : {"constant", "step", "inverse-sqrt", "cosine"}) {
+    CHECK(consensusd::data::parseScheduleKind(schedule).has_value());
+  }
+}
+
+TEST_CASE("a model that does not fit the data is a clear error") {
+  consensusd::data::Dataset labels;
+  labels.features = Eigen::MatrixXf::Zero(3, 4);
+  labels.labels = {0, 1, 2, 1};
+  labels.classes = 3;
+  NodeConfig config = readConfig(kMinimal, "c.yaml", {"model.kind=least-squares"});
+  CHECK_THROWS_WITH_AS(
+      consensusd::config::modelOptions(config, labels),
+      "model.kind least-squares needs real-valued targets; fashion-mnist has class labels",
+      consensusd::data::DataError);
+  config = readConfig(kMinimal, "c.yaml", {"model.kind=logistic"});
+  CHECK_THROWS_WITH_AS(consensusd::config::modelOptions(config, labels),
+                       "model.kind logistic needs 2 classes; fashion-mnist has 3 (use softmax)",
+                       consensusd::data::DataError);
+  config = readConfig(kMinimal, "c.yaml",
+                      {"model.kind=mlp", "model.hidden=[16]", "train.weight_decay=0.001"});
+  const auto options = consensusd::config::modelOptions(config, labels);
+  CHECK(options.inputs == 3);
+  CHECK(options.classes == 3);
+  CHECK(options.hidden == std::vector<std::size_t>{16});
+  CHECK(options.l2 == 0.001);
 }

@@ -19,6 +19,10 @@ struct NodeConfig {
   struct Data {
     std::string dataset = "fashion-mnist";
     std::string path = "/usr/share/datasets/fashion-mnist";
+    std::string testPath;
+    double testFraction = 0.2;
+    bool csvHeader = false;
+    std::int64_t labelColumn = 0;
     std::string partition = "iid";
     std::int64_t shardsPerNode = 2;
     double dirichletAlpha = 0.5;

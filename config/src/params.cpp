@@ -1,0 +1,78 @@
+#include "consensusd/config/params.hpp"
+
+namespace consensusd::config {
+
+data::DataSource dataSource(const NodeConfig& config) {
+  data::DataSource source;
+  source.kind = *data::parseDatasetKind(config.data.dataset);
+  source.path = config.data.path;
+  source.testPath = config.data.testPath;
+  source.testFraction = config.data.testFraction;
+  source.csv.header = config.data.csvHeader;
+  source.csv.labelColumn = static_cast<int>(config.data.labelColumn);
+  source.scaling = *data::parseScaling(config.data.scaling);
+  source.seed = static_cast<std::uint64_t>(config.data.seed);
+  return source;
+}
+
+data::PartitionOptions partitionOptions(const NodeConfig& config, std::size_t nodes) {
+  data::PartitionOptions options;
+  options.kind = *data::parsePartitionKind(config.data.partition);
+  options.nodes = nodes;
+  options.shardsPerNode = static_cast<std::size_t>(config.data.shardsPerNode);
+  options.dirichletAlpha = config.data.dirichletAlpha;
+  options.seed = static_cast<std::uint64_t>(config.data.seed);
+  return options;
+}
+
+data::ModelOptions modelOptions(const NodeConfig& config, const data::Dataset& train) {
+  data::ModelOptions options;
+  options.kind = *data::parseModelKind(config.model.kind);
+  options.inputs = train.dimension();
+  options.classes = static_cast<std::size_t>(std::max(train.classes, 0));
+  if (options.kind == data::ModelKind::Mlp) {
+    options.hidden.assign(config.model.hidden.begin(), config.model.hidden.end());
+  }
+  options.l2 = config.train.weightDecay;
+  const bool regression = !train.isClassification();
+  if (options.kind == data::ModelKind::LeastSquares && !regression) {
+    throw data::DataError("model.kind least-squares needs real-valued targets; " +
+                          config.data.dataset + " has class labels");
+  }
+  if (options.kind != data::ModelKind::LeastSquares && regression) {
+    throw data::DataError("model.kind " + config.model.kind + " needs class labels; " +
+                          config.data.dataset + " has real-valued targets (use least-squares)");
+  }
+  if (options.kind == data::ModelKind::Logistic && train.classes != 2) {
+    throw data::DataError("model.kind logistic needs 2 classes; " + config.data.dataset + " has " +
+                          std::to_string(train.classes) + " (use softmax)");
+  }
+  return options;
+}
+
+data::Schedule schedule(const NodeConfig& config) {
+  data::Schedule result;
+  result.kind = *data::parseScheduleKind(config.train.schedule);
+  result.learningRate = config.train.learningRate;
+  result.period = config.train.stepEveryRounds;
+  result.factor = config.train.stepFactor;
+  result.totalRounds = config.train.rounds;
+  return result;
+}
+
+data::LocalTrainOptions localTrainOptions(const NodeConfig& config, const data::Dataset& train) {
+  data::LocalTrainOptions options;
+  options.model = modelOptions(config, train);
+  options.schedule = schedule(config);
+  options.momentum = config.train.momentum;
+  options.batchSize = static_cast<std::size_t>(config.train.batchSize);
+  options.rounds = config.train.rounds;
+  options.evalEveryRounds = config.train.evalEveryRounds;
+  options.untilAccuracy = config.train.untilAccuracy;
+  options.maxTimeS = config.train.maxTimeS;
+  options.seed = static_cast<std::uint64_t>(config.data.seed);
+  options.initSeed = static_cast<std::uint64_t>(config.model.initSeed);
+  return options;
+}
+
+}  // namespace consensusd::config

@@ -1,0 +1,68 @@
+#pragma once
+// Learning-rate schedules and the SGD step (heavy-ball momentum), shared by
+// the single-node trainer and the consensus round (DESIGN.md §2, step 5).
+
+#include <Eigen/Core>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace consensusd::data {
+
+enum class ScheduleKind { Constant, Step, InverseSqrt, Cosine };
+std::optional<ScheduleKind> parseScheduleKind(const std::string& text);
+
+struct Schedule {
+  ScheduleKind kind = ScheduleKind::Constant;
+  double learningRate = 0.05;    // eta_0
+  std::int64_t period = 1000;    // step: rounds between decays; inverse-sqrt: time scale
+  double factor = 0.5;           // step: decay factor
+  std::int64_t totalRounds = 0;  // cosine: length of the half wave (0: constant)
+
+  // constant: eta_0; step: eta_0 * factor^floor(k / period);
+  // inverse-sqrt: eta_0 / sqrt(1 + k / period); cosine: eta_0 (1 + cos(pi k / K)) / 2.
+  double at(std::int64_t round) const;
+};
+
+template <class Scalar>
+class Sgd {
+ public:
+  using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
+
+  Sgd(std::size_t dimension, double momentum)
+      : momentum_(momentum), velocity_(Vector::Zero(static_cast<Eigen::Index>(dimension))) {}
+
+  // x <- x - eta * v, v <- momentum * v + g (v = g without momentum).
+  void step(Eigen::Ref<Vector> x, const Eigen::Ref<const Vector>& gradient, double eta) {
+    if (momentum_ == 0.0) {
+      x.noalias() -= static_cast<Scalar>(eta) * gradient;
+      return;
+    }
+    velocity_ = static_cast<Scalar>(momentum_) * velocity_ + gradient;
+    x.noalias() -= static_cast<Scalar>(eta) * velocity_;
+  }
+
+  const Vector& velocity() const { return velocity_; }
+
+ private:
+  double momentum_;
+  Vector velocity_;
+};
+
+// Minibatches without replacement; a new seeded shuffle every epoch. The
+// tail that does not fill a batch waits for the next epoch's shuffle.
+class MinibatchSampler {
+ public:
+  MinibatchSampler(std::size_t samples, std::size_t batchSize, std::uint64_t seed);
+  const std::vector<std::size_t>& next();
+  std::size_t epoch() const { return epoch_; }
+
+ private:
+  std::vector<std::size_t> order_;
+  std::vector<std::size_t> batch_;
+  std::size_t position_ = 0;
+  std::size_t epoch_ = 0;
+  std::uint64_t seed_;
+};
+
+}  // namespace consensusd::data
