@@ -6,7 +6,7 @@ add_library(consensusd::warnings ALIAS consensusd_warnings)
 target_compile_options(consensusd_warnings INTERFACE
   -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast
   -Wcast-align -Woverloaded-virtual -Wconversion -Wsign-conversion
-  -Wnull-dereference -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough)
+  -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough)
 option(CONSENSUSD_WERROR "Treat warnings as errors" OFF)
 if(CONSENSUSD_WERROR)
   target_compile_options(consensusd_warnings INTERFACE -Werror)
