@@ -1,0 +1,95 @@
+#pragma once
+// What the wait policies learn from past rounds (DESIGN.md §3).
+//
+// ArrivalHistory keeps, over a sliding window of rounds, the local compute
+// time and each neighbour's arrival offset (time from round start until a
+// usable estimate was there). An offset not seen by the cut-off is censored;
+// when the estimate arrives later the record is completed, so only neighbours
+// that never answer stay censored, and they count as arriving at the hard
+// deadline. E[T(m)] is the bootstrap mean over the recorded rounds of
+// max(C, A_(m)) (whole rounds, so correlation between neighbours is kept).
+//
+// GradientEstimator smooths ||grad F||^2, sigma^2 and the smoothness L over
+// about a window of rounds: one minibatch is mostly noise (DESIGN.md §3).
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "consensusd/consensus/options.hpp"
+
+namespace consensusd::consensus {
+
+class ArrivalHistory {
+ public:
+  ArrivalHistory(std::size_t neighbors, std::size_t window, Duration cap);
+
+  struct Round {
+    std::int64_t round = 0;
+    Time start{};
+    Duration compute{};
+    Duration blocked{};             // waiting on the lead bound before the start
+    Duration duration{};            // start to cut-off
+    std::vector<Duration> offsets;  // per neighbour slot
+    std::vector<bool> censored;
+  };
+
+  void record(Round round);
+  // A usable estimate for rounds <= `usableUpTo` from `slot` arrived at `arrival`:
+  // completes censored records of those rounds.
+  void observeLate(std::size_t slot, std::int64_t usableUpTo, Time arrival);
+
+  std::size_t size() const { return rounds_.size(); }
+  const std::deque<Round>& rounds() const { return rounds_; }
+
+  // E[max(C, A_(m))] over the window; A_(0) = 0. Censored offsets count as `cap`.
+  Duration expectedRoundTime(std::size_t m) const;
+  // E[max(C, A_(m))] where A_(m) is taken over `slots` only.
+  Duration expectedRoundTime(std::size_t m, const std::vector<std::size_t>& slots) const;
+  // Median offset of one neighbour (censored as `cap`).
+  Duration medianOffset(std::size_t slot) const;
+  // The q-quantile of all offsets of all neighbours over the window.
+  Duration pooledQuantile(double q) const;
+  // Mean time blocked by the lead bound per round.
+  Duration meanBlocked() const;
+  // Mean time from one round start to the next (duration + blocked).
+  Duration meanCycle() const;
+
+ private:
+  std::size_t neighbors_;
+  std::size_t window_;
+  Duration cap_;
+  std::deque<Round> rounds_;
+};
+
+class GradientEstimator {
+ public:
+  // `window`: rounds of smoothing (EWMA weight 2 / (window + 1)).
+  GradientEstimator(std::size_t window, std::size_t batchSize);
+
+  // One round: the minibatch ||g||^2 and per-sample variance; and the step
+  // as (g_k - g_{k-1}) . (x_k - x_{k-1}) (noise bias removed by the caller)
+  // and ||x_k - x_{k-1}||^2.
+  void record(double gradNormSq, double sampleVariance);
+  void recordStep(double curvature, double stepNormSq);
+
+  std::size_t samples() const { return samples_; }
+  // ||grad F||^2 = E||g||^2 - sigma^2 / B, floored at a tiny positive value.
+  double gradNormSq() const;
+  double variance() const { return variance_; }
+  // L = sum curvature / sum ||dx||^2 over the window (noise averages out).
+  double smoothness() const;
+
+ private:
+  double alpha_;
+  std::size_t batchSize_;
+  std::size_t window_;
+  std::size_t samples_ = 0;
+  double normSq_ = 0.0;
+  double variance_ = 0.0;
+  std::deque<std::pair<double, double>> steps_;
+  double curvatureSum_ = 0.0;
+  double stepSum_ = 0.0;
+};
+
+}  // namespace consensusd::consensus

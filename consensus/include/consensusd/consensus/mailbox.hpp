@@ -1,0 +1,53 @@
+#pragma once
+// What a node has received from one neighbour: a short ring of its recent
+// estimates (round, arrival time, vector), allocated once and reused, so
+// memory stays bounded at depth x dimension per neighbour whatever the peer
+// sends.
+
+#include <Eigen/Core>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "consensusd/consensus/options.hpp"
+
+namespace consensusd::consensus {
+
+// Why an arriving estimate was kept or not.
+enum class Receipt { Stored, Duplicate, Stale, Superseded, NotNeighbor };
+
+template <class Scalar>
+class Mailbox {
+ public:
+  using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
+
+  struct Entry {
+    std::int64_t round = -1;  // -1: empty slot
+    Time arrival{};
+    Vector values;
+  };
+
+  Mailbox(std::size_t depth, std::size_t dimension);
+
+  // Keeps (round, values) unless it is a duplicate, older than `oldestUseful`
+  // (stale), or older than everything the ring holds (superseded).
+  Receipt store(std::int64_t round, const Scalar* values, Time arrival, std::int64_t oldestUseful);
+
+  // Newest entry, if any.
+  const Entry* newest() const;
+  // The entry for exactly `round`, if still held.
+  const Entry* exact(std::int64_t round) const;
+  // Oldest round still held (-1 when empty).
+  std::int64_t oldestRound() const;
+
+  // Drops entries older than `round`: they can never be used again.
+  void discardBefore(std::int64_t round);
+
+ private:
+  std::vector<Entry> slots_;
+};
+
+extern template class Mailbox<float>;
+extern template class Mailbox<double>;
+
+}  // namespace consensusd::consensus

@@ -1,0 +1,27 @@
+#pragma once
+// The mix of DESIGN.md §2 step 4 over the neighbours that answered:
+// x_hat = (1 - sum_R w_ij) x_i + sum_R w_ij x_j ("absorb": a missing
+// neighbour's weight goes to self). Always a convex combination when the
+// topology's weights are (non-negative rows summing to at most 1).
+
+#include <Eigen/Core>
+#include <vector>
+
+namespace consensusd::consensus {
+
+struct MixInput {
+  const void* values;  // Scalar[dimension]
+  double weight;
+};
+
+// Self weight of the absorb rule for the given neighbour weights.
+double absorbSelfWeight(const std::vector<MixInput>& inputs);
+
+// out = selfWeight * self + sum_k w_k x_k in one cache-blocked pass (the
+// memory traffic of one read of each input and one write), `out` may alias
+// `self`.
+template <class Scalar>
+void fusedMix(const Scalar* self, double selfWeight, const std::vector<MixInput>& inputs,
+              Scalar* out, std::size_t dimension);
+
+}  // namespace consensusd::consensus

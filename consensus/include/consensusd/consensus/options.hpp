@@ -1,0 +1,51 @@
+#pragma once
+// Parameters of one node's round (DESIGN.md §2-3), in core units. Time is
+// std::chrono::nanoseconds since the driver's epoch: the core never reads a
+// clock, the daemon passes steady_clock readings and the simulator its
+// virtual time.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace consensusd::consensus {
+
+using Time = std::chrono::nanoseconds;  // since the driver's epoch
+using Duration = std::chrono::nanoseconds;
+
+enum class MixRound { Newest, Same };
+enum class MixMode { Absorb, Symmetric };
+enum class PolicyKind { All, Static, Timeout, Quantile, Dynamic };
+
+std::optional<MixRound> parseMixRound(const std::string& text);
+std::optional<MixMode> parseMixMode(const std::string& text);
+std::optional<PolicyKind> parsePolicyKind(const std::string& text);
+std::string toString(PolicyKind kind);
+
+struct PolicySpec {
+  PolicyKind kind = PolicyKind::Dynamic;
+  std::int64_t backups = 1;                         // static: b
+  Duration timeout{std::chrono::milliseconds(20)};  // timeout
+  double quantile = 0.5;                            // quantile: q
+};
+
+struct EngineOptions {
+  PolicySpec policy;
+  MixRound mixRound = MixRound::Newest;
+  MixMode mixMode = MixMode::Absorb;
+  std::int64_t staleness = 0;  // s
+  std::int64_t maxLead = 20;
+  bool roundSkipping = true;
+  std::int64_t skipAhead = 2;
+  std::size_t mailboxDepth = 4;
+  std::size_t minResponders = 1;  // m_min
+  std::size_t maxResponders = 0;  // 0: the degree
+  Duration peerTimeout{std::chrono::seconds(3)};
+  Duration hardDeadline{std::chrono::seconds(10)};
+  std::int64_t warmupRounds = 10;  // dynamic: rounds with `all` first
+  std::size_t windowRounds = 50;   // estimator window
+  std::size_t batchSize = 32;      // B, for the noise term of the dynamic rule
+};
+
+}  // namespace consensusd::consensus

@@ -1,0 +1,175 @@
+#pragma once
+// One node's round (DESIGN.md §2) as a state machine driven from outside:
+// the daemon drives it on the real clock, the simulator on a virtual one.
+// No sockets, no files, no clock: every call carries `now`.
+//
+// A driver's loop:
+//   if (auto start = engine.tryStart(now)) { publish(start->round, *start->params);
+//                                            computeGradientAt(*start->params); }
+//   on a message:      engine.onEstimate(sender, round, values, now);
+//   on the gradient:   engine.onGradient(round, g, loss, stats, now);
+//   symmetric mode:    send engine.takeDecisions(); engine.onDecision(...);
+//   if (auto record = engine.tryFinish(now)) { log, metrics }
+//   sleep until a message, the gradient, or engine.nextWakeup().
+//
+// Not thread-safe: one owner (the daemon's engine thread).
+
+#include <Eigen/Core>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "consensusd/consensus/estimators.hpp"
+#include "consensusd/consensus/mailbox.hpp"
+#include "consensusd/consensus/options.hpp"
+#include "consensusd/consensus/wait_policy.hpp"
+#include "consensusd/data/model.hpp"
+#include "consensusd/data/optimizer.hpp"
+#include "consensusd/topology/topology.hpp"
+
+namespace consensusd::consensus {
+
+enum class CutoffReason { Count, Timeout, Deadline };
+
+// Per-neighbour counters (the status socket shows them).
+struct NeighborCounters {
+  std::uint64_t onTime = 0;      // stored before the cut-off of its round
+  std::uint64_t late = 0;        // stored after it (may serve a later round)
+  std::uint64_t stale = 0;       // older than the staleness bound: dropped
+  std::uint64_t duplicate = 0;   // same round twice: dropped
+  std::uint64_t superseded = 0;  // older than everything held: dropped
+  std::uint64_t mixed = 0;       // rounds in which it was averaged
+};
+
+struct RoundRecord {
+  std::int64_t round = 0;
+  std::int64_t nextRound = 0;  // round + 1, or the round skipped to
+  bool skipped = false;
+  bool gradientApplied = true;  // false when a skip made it too old
+  Time start{};
+  Time end{};
+  Duration compute{};
+  Duration blocked{};  // waiting on the lead bound before the start
+  CutoffReason reason = CutoffReason::Count;
+  std::size_t target = 0;               // m the policy chose
+  std::size_t live = 0;                 // non-suspect neighbours at the cut-off
+  std::vector<std::size_t> responders;  // topology indices averaged this round
+  double selfWeight = 1.0;
+  double consensusDistance = 0.0;  // ||x_i - x_hat||
+  double learningRate = 0.0;
+  double loss = 0.0;
+  data::GradientStats gradient;
+};
+
+struct Decision {
+  std::size_t node;  // topology index of the neighbour to tell
+  std::int64_t round;
+  bool used;  // whether its estimate was averaged
+};
+
+template <class Scalar>
+class RoundEngine {
+ public:
+  using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
+
+  enum class Phase { Idle, Running, Deciding };
+
+  struct Start {
+    std::int64_t round;
+    const Vector* params;  // valid until the next call into the engine
+  };
+
+  RoundEngine(const topology::Topology& topology, std::size_t self, EngineOptions options,
+              data::Schedule schedule, double momentum, Vector initial, Time now,
+              std::int64_t firstRound = 0);
+
+  std::optional<Start> tryStart(Time now);
+  Receipt onEstimate(std::size_t node, std::int64_t round, const Scalar* values, Time now);
+  void onGradient(std::int64_t round, const Eigen::Ref<const Vector>& gradient, double loss,
+                  const data::GradientStats& stats, Time now);
+  void onDecision(std::size_t node, std::int64_t round, bool usedMine, Time now);
+  std::optional<RoundRecord> tryFinish(Time now);
+  std::vector<Decision> takeDecisions();
+  // The next time something can change without a message (cut-off, deadline,
+  // a neighbour turning suspect); none when the driver should act now or wait
+  // for a message or the gradient.
+  std::optional<Time> nextWakeup(Time now) const;
+
+  // Takes effect at the next round start.
+  void setPolicy(const PolicySpec& spec);
+
+  Phase phase() const { return phase_; }
+  std::int64_t round() const { return round_; }
+  const Vector& params() const { return params_; }
+  std::size_t degree() const { return slots_.size(); }
+  std::size_t nodeOfSlot(std::size_t slot) const { return slots_[slot].node; }
+  bool suspect(std::size_t slot, Time now) const;
+  std::int64_t newestRound(std::size_t slot) const { return slots_[slot].newestRound; }
+  const NeighborCounters& counters(std::size_t slot) const { return slots_[slot].counters; }
+  const ArrivalHistory& arrivals() const { return arrivals_; }
+  const GradientEstimator& gradients() const { return gradients_; }
+  const WaitDecision& decision() const { return decision_; }
+  // The context the policy saw at the last round start (for diagnostics).
+  PolicyContext policyContext(Time now);
+
+ private:
+  struct Slot {
+    std::size_t node;
+    double weight;
+    Mailbox<Scalar> mailbox;
+    Time lastHeard;
+    std::int64_t newestRound = -1;
+    NeighborCounters counters;
+    std::map<std::int64_t, bool> decisions;  // symmetric mode: round -> used our estimate
+  };
+
+  std::optional<std::size_t> slotOf(std::size_t node) const;
+  std::size_t liveCount(Time now) const;
+  // The estimate of `slot` that counts for `round`, or null.
+  const typename Mailbox<Scalar>::Entry* usable(const Slot& slot, std::int64_t round) const;
+  std::int64_t oldestUseful() const;
+  std::optional<CutoffReason> cutoffReached(Time now) const;
+  std::optional<std::int64_t> skipTarget(Time now) const;
+  RoundRecord finish(Time now, CutoffReason reason);
+
+  const topology::Topology& topology_;
+  std::size_t self_;
+  EngineOptions options_;
+  data::Schedule schedule_;
+  std::unique_ptr<WaitPolicy> policy_;
+  std::optional<PolicySpec> pendingPolicy_;
+  std::vector<Slot> slots_;
+  ArrivalHistory arrivals_;
+  GradientEstimator gradients_;
+  data::Sgd<Scalar> sgd_;
+
+  Phase phase_ = Phase::Idle;
+  std::int64_t round_;
+  Time roundStart_{};
+  std::optional<Time> blockedSince_;  // first refusal by the lead bound
+  Duration blocked_{};
+  WaitDecision decision_;
+  std::vector<NeighborView> views_;
+  std::optional<CutoffReason> decidedReason_;  // symmetric: the cut-off already passed
+  std::vector<Decision> outgoingDecisions_;
+
+  Vector params_;  // x_i^k, published at the round start
+  Vector mixed_;   // x_hat
+  Vector gradient_;
+  bool haveGradient_ = false;
+  Time gradientAt_{};
+  double loss_ = 0.0;
+  data::GradientStats stats_;
+  Vector previousParams_;
+  Vector previousGradient_;
+  bool havePrevious_ = false;
+  double previousEta_ = 0.0;
+  double previousVariance_ = 0.0;
+};
+
+extern template class RoundEngine<float>;
+extern template class RoundEngine<double>;
+
+}  // namespace consensusd::consensus

@@ -1,0 +1,125 @@
+#include "consensusd/consensus/estimators.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace consensusd::consensus {
+namespace {
+
+Duration quantileOf(std::vector<Duration> values, double q) {
+  if (values.empty()) return Duration::zero();
+  const auto at = static_cast<std::size_t>(
+      std::clamp(q, 0.0, 1.0) * static_cast<double>(values.size() - 1) + 0.5);
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(at), values.end());
+  return values[at];
+}
+
+}  // namespace
+
+ArrivalHistory::ArrivalHistory(std::size_t neighbors, std::size_t window, Duration cap)
+    : neighbors_(neighbors), window_(std::max<std::size_t>(window, 1)), cap_(cap) {}
+
+void ArrivalHistory::record(Round round) {
+  rounds_.push_back(std::move(round));
+  while (rounds_.size() > window_) rounds_.pop_front();
+}
+
+void ArrivalHistory::observeLate(std::size_t slot, std::int64_t usableUpTo, Time arrival) {
+  for (Round& round : rounds_) {
+    if (round.round > usableUpTo || !round.censored[slot]) continue;
+    round.censored[slot] = false;
+    round.offsets[slot] = std::max(Duration::zero(), arrival - round.start);
+  }
+}
+
+Duration ArrivalHistory::expectedRoundTime(std::size_t m,
+                                           const std::vector<std::size_t>& slots) const {
+  if (rounds_.empty()) return Duration::zero();
+  std::vector<Duration> offsets;
+  double total = 0;
+  for (const Round& round : rounds_) {
+    Duration order = Duration::zero();
+    if (m > 0) {
+      offsets.clear();
+      for (const std::size_t slot : slots)
+        offsets.push_back(round.censored[slot] ? cap_ : round.offsets[slot]);
+      const std::size_t k = std::min(m, offsets.size()) - 1;
+      std::nth_element(offsets.begin(), offsets.begin() + static_cast<std::ptrdiff_t>(k),
+                       offsets.end());
+      order = offsets[k];
+    }
+    total += static_cast<double>(std::max(round.compute, order).count());
+  }
+  return Duration(static_cast<Duration::rep>(total / static_cast<double>(rounds_.size())));
+}
+
+Duration ArrivalHistory::expectedRoundTime(std::size_t m) const {
+  std::vector<std::size_t> all(neighbors_);
+  for (std::size_t j = 0; j < neighbors_; ++j) all[j] = j;
+  return expectedRoundTime(m, all);
+}
+
+Duration ArrivalHistory::medianOffset(std::size_t slot) const {
+  std::vector<Duration> values;
+  for (const Round& round : rounds_)
+    values.push_back(round.censored[slot] ? cap_ : round.offsets[slot]);
+  return quantileOf(std::move(values), 0.5);
+}
+
+Duration ArrivalHistory::pooledQuantile(double q) const {
+  std::vector<Duration> values;
+  for (const Round& round : rounds_) {
+    for (std::size_t j = 0; j < neighbors_; ++j)
+      values.push_back(round.censored[j] ? cap_ : round.offsets[j]);
+  }
+  return quantileOf(std::move(values), q);
+}
+
+Duration ArrivalHistory::meanBlocked() const {
+  if (rounds_.empty()) return Duration::zero();
+  Duration total{};
+  for (const Round& round : rounds_) total += round.blocked;
+  return total / static_cast<Duration::rep>(rounds_.size());
+}
+
+Duration ArrivalHistory::meanCycle() const {
+  if (rounds_.empty()) return Duration::zero();
+  Duration total{};
+  for (const Round& round : rounds_) total += round.duration + round.blocked;
+  return total / static_cast<Duration::rep>(rounds_.size());
+}
+
+GradientEstimator::GradientEstimator(std::size_t window, std::size_t batchSize)
+    : alpha_(2.0 / (static_cast<double>(std::max<std::size_t>(window, 1)) + 1.0)),
+      batchSize_(std::max<std::size_t>(batchSize, 1)),
+      window_(std::max<std::size_t>(window, 1)) {}
+
+void GradientEstimator::record(double gradNormSq, double sampleVariance) {
+  // The first samples get equal weight so the start is not biased to zero.
+  const double weight = std::max(alpha_, 1.0 / static_cast<double>(++samples_));
+  normSq_ += weight * (gradNormSq - normSq_);
+  variance_ += weight * (sampleVariance - variance_);
+}
+
+void GradientEstimator::recordStep(double curvature, double stepNormSq) {
+  steps_.emplace_back(curvature, stepNormSq);
+  curvatureSum_ += curvature;
+  stepSum_ += stepNormSq;
+  if (steps_.size() > window_) {
+    curvatureSum_ -= steps_.front().first;
+    stepSum_ -= steps_.front().second;
+    steps_.pop_front();
+  }
+}
+
+double GradientEstimator::gradNormSq() const {
+  return std::max(normSq_ - variance_ / static_cast<double>(batchSize_),
+                  1e-12 * std::max(normSq_, 1e-30));
+}
+
+double GradientEstimator::smoothness() const {
+  if (stepSum_ <= 0) return 0.0;
+  return std::max(curvatureSum_ / stepSum_, 0.0);
+}
+
+}  // namespace consensusd::consensus

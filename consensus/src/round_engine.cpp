@@ -1,0 +1,343 @@
+#include "consensusd/consensus/round_engine.hpp"
+
+#include <algorithm>
+
+#include "consensusd/consensus/mixing.hpp"
+
+namespace consensusd::consensus {
+
+template <class Scalar>
+RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t self,
+                                 EngineOptions options, data::Schedule schedule, double momentum,
+                                 Vector initial, Time now, std::int64_t firstRound)
+    : topology_(topology),
+      self_(self),
+      options_(options),
+      schedule_(schedule),
+      policy_(makePolicy(options.policy, options.warmupRounds)),
+      arrivals_(topology.inNeighbors(self).size(), options.windowRounds, options.hardDeadline),
+      gradients_(options.windowRounds, options.batchSize),
+      sgd_(static_cast<std::size_t>(initial.size()), momentum),
+      round_(firstRound),
+      params_(std::move(initial)) {
+  const auto dimension = static_cast<std::size_t>(params_.size());
+  for (const topology::Neighbor& neighbor : topology.inNeighbors(self)) {
+    slots_.push_back({neighbor.index,
+                      neighbor.weight,
+                      Mailbox<Scalar>(options_.mailboxDepth, dimension),
+                      now,
+                      -1,
+                      {},
+                      {}});
+  }
+  mixed_.resize(params_.size());
+  gradient_.resize(params_.size());
+}
+
+template <class Scalar>
+std::optional<std::size_t> RoundEngine<Scalar>::slotOf(std::size_t node) const {
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    if (slots_[s].node == node) return s;
+  }
+  return std::nullopt;
+}
+
+template <class Scalar>
+bool RoundEngine<Scalar>::suspect(std::size_t slot, Time now) const {
+  return now - slots_[slot].lastHeard >= options_.peerTimeout;
+}
+
+template <class Scalar>
+std::size_t RoundEngine<Scalar>::liveCount(Time now) const {
+  std::size_t live = 0;
+  for (std::size_t s = 0; s < slots_.size(); ++s) live += suspect(s, now) ? 0u : 1u;
+  return live;
+}
+
+template <class Scalar>
+std::int64_t RoundEngine<Scalar>::oldestUseful() const {
+  return options_.mixRound == MixRound::Newest ? round_ - options_.staleness : round_;
+}
+
+template <class Scalar>
+const typename Mailbox<Scalar>::Entry* RoundEngine<Scalar>::usable(const Slot& slot,
+                                                                   std::int64_t round) const {
+  const auto* newest = slot.mailbox.newest();
+  if (options_.mixRound == MixRound::Newest) {
+    return newest != nullptr && newest->round >= round - options_.staleness ? newest : nullptr;
+  }
+  if (const auto* exact = slot.mailbox.exact(round)) return exact;
+  // `same`: a neighbour further ahead than the ring holds counts with its newest.
+  return newest != nullptr && newest->round > round ? newest : nullptr;
+}
+
+template <class Scalar>
+void RoundEngine<Scalar>::setPolicy(const PolicySpec& spec) {
+  pendingPolicy_ = spec;
+}
+
+template <class Scalar>
+PolicyContext RoundEngine<Scalar>::policyContext(Time now) {
+  const bool wantDistances = options_.policy.kind == PolicyKind::Dynamic;
+  views_.clear();
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    double distanceSq = -1;
+    const auto* newest = slots_[s].mailbox.newest();
+    if (wantDistances && newest != nullptr)
+      distanceSq = static_cast<double>((newest->values - params_).squaredNorm());
+    views_.push_back({s, slots_[s].weight, !suspect(s, now), distanceSq});
+  }
+  PolicyContext context;
+  context.round = round_;
+  context.degree = slots_.size();
+  context.live = liveCount(now);
+  const std::size_t upper =
+      options_.maxResponders == 0 ? slots_.size() : std::min(options_.maxResponders, slots_.size());
+  context.maxCount = std::min(upper, context.live);
+  context.minCount = std::min(options_.minResponders, context.maxCount);
+  context.learningRate = schedule_.at(round_);
+  context.batchSize = options_.batchSize;
+  context.neighbors = &views_;
+  context.arrivals = &arrivals_;
+  context.gradients = &gradients_;
+  context.leadFloor =
+      arrivals_.meanBlocked() > Duration::zero() ? arrivals_.meanCycle() : Duration::zero();
+  return context;
+}
+
+template <class Scalar>
+std::optional<typename RoundEngine<Scalar>::Start> RoundEngine<Scalar>::tryStart(Time now) {
+  if (phase_ != Phase::Idle) return std::nullopt;
+  // Lead bound (stale-synchronous): never more than max_lead rounds ahead of
+  // any live neighbour's newest round; suspects do not hold us back.
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    if (!suspect(s, now) && round_ > slots_[s].newestRound + options_.maxLead) {
+      if (!blockedSince_) blockedSince_ = now;
+      return std::nullopt;
+    }
+  }
+
+  if (pendingPolicy_) {
+    options_.policy = *pendingPolicy_;
+    policy_ = makePolicy(*pendingPolicy_, options_.warmupRounds);
+    pendingPolicy_.reset();
+  }
+  phase_ = Phase::Running;
+  roundStart_ = now;
+  blocked_ = blockedSince_ ? now - *blockedSince_ : Duration::zero();
+  blockedSince_.reset();
+  haveGradient_ = false;
+  decidedReason_.reset();
+  decision_ = policy_->decide(policyContext(now));
+  return Start{round_, &params_};
+}
+
+template <class Scalar>
+Receipt RoundEngine<Scalar>::onEstimate(std::size_t node, std::int64_t round, const Scalar* values,
+                                        Time now) {
+  const std::optional<std::size_t> index = slotOf(node);
+  if (!index) return Receipt::NotNeighbor;
+  Slot& slot = slots_[*index];
+  slot.lastHeard = now;
+  slot.newestRound = std::max(slot.newestRound, round);
+  const Receipt receipt = slot.mailbox.store(round, values, now, oldestUseful());
+  switch (receipt) {
+    case Receipt::Stored:
+      ++(round < round_ ? slot.counters.late : slot.counters.onTime);
+      arrivals_.observeLate(
+          *index, options_.mixRound == MixRound::Newest ? round + options_.staleness : round, now);
+      break;
+    case Receipt::Duplicate:
+      ++slot.counters.duplicate;
+      break;
+    case Receipt::Stale:
+      ++slot.counters.stale;
+      break;
+    case Receipt::Superseded:
+      ++slot.counters.superseded;
+      break;
+    case Receipt::NotNeighbor:
+      break;
+  }
+  return receipt;
+}
+
+template <class Scalar>
+void RoundEngine<Scalar>::onGradient(std::int64_t round, const Eigen::Ref<const Vector>& gradient,
+                                     double loss, const data::GradientStats& stats, Time now) {
+  if (phase_ != Phase::Running || round != round_ || haveGradient_) return;
+  gradient_ = gradient;
+  loss_ = loss;
+  stats_ = stats;
+  gradientAt_ = now;
+  haveGradient_ = true;
+}
+
+template <class Scalar>
+void RoundEngine<Scalar>::onDecision(std::size_t node, std::int64_t round, bool usedMine,
+                                     Time now) {
+  const std::optional<std::size_t> index = slotOf(node);
+  if (!index || round < round_) return;
+  Slot& slot = slots_[*index];
+  slot.lastHeard = now;
+  slot.decisions[round] = usedMine;
+  while (slot.decisions.size() > options_.mailboxDepth + 1)
+    slot.decisions.erase(slot.decisions.begin());
+}
+
+template <class Scalar>
+std::optional<CutoffReason> RoundEngine<Scalar>::cutoffReached(Time now) const {
+  if (!haveGradient_) return std::nullopt;  // our own step needs our gradient
+  std::size_t responders = 0;
+  for (const Slot& slot : slots_) responders += usable(slot, round_) != nullptr ? 1u : 0u;
+  const std::size_t live = liveCount(now);
+  if (responders >= std::min(decision_.count, live)) return CutoffReason::Count;
+  if (decision_.cutoff && now >= roundStart_ + *decision_.cutoff &&
+      responders >= std::min(options_.minResponders, live)) {
+    return CutoffReason::Timeout;
+  }
+  if (now >= roundStart_ + options_.hardDeadline) return CutoffReason::Deadline;
+  return std::nullopt;
+}
+
+template <class Scalar>
+std::optional<std::int64_t> RoundEngine<Scalar>::skipTarget(Time now) const {
+  std::vector<std::int64_t> rounds;
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    if (!suspect(s, now) && slots_[s].newestRound >= 0) rounds.push_back(slots_[s].newestRound);
+  }
+  if (rounds.empty()) return std::nullopt;
+  const auto middle = rounds.begin() + static_cast<std::ptrdiff_t>((rounds.size() - 1) / 2);
+  std::nth_element(rounds.begin(), middle, rounds.end());
+  if (*middle - round_ <= options_.skipAhead) return std::nullopt;
+  return *middle;
+}
+
+template <class Scalar>
+std::optional<RoundRecord> RoundEngine<Scalar>::tryFinish(Time now) {
+  if (phase_ == Phase::Running) {
+    const std::optional<CutoffReason> reason = cutoffReached(now);
+    if (!reason) return std::nullopt;
+    if (options_.mixMode == MixMode::Absorb) return finish(now, *reason);
+    // Symmetric: tell every neighbour whether we used it, then wait for theirs.
+    phase_ = Phase::Deciding;
+    decidedReason_ = reason;
+    for (const Slot& slot : slots_)
+      outgoingDecisions_.push_back({slot.node, round_, usable(slot, round_) != nullptr});
+  }
+  if (phase_ != Phase::Deciding) return std::nullopt;
+  bool complete = true;
+  for (const Slot& slot : slots_) {
+    if (usable(slot, round_) != nullptr && slot.decisions.count(round_) == 0) complete = false;
+  }
+  if (!complete && now < roundStart_ + options_.hardDeadline) return std::nullopt;
+  return finish(now, *decidedReason_);
+}
+
+template <class Scalar>
+std::vector<Decision> RoundEngine<Scalar>::takeDecisions() {
+  std::vector<Decision> out;
+  out.swap(outgoingDecisions_);
+  return out;
+}
+
+template <class Scalar>
+std::optional<Time> RoundEngine<Scalar>::nextWakeup(Time now) const {
+  std::optional<Time> next;
+  const auto consider = [&](Time t) {
+    if (t > now && (!next || t < *next)) next = t;
+  };
+  for (std::size_t s = 0; s < slots_.size(); ++s)
+    consider(slots_[s].lastHeard + options_.peerTimeout);
+  if (phase_ != Phase::Idle) consider(roundStart_ + options_.hardDeadline);
+  if (phase_ == Phase::Running && decision_.cutoff) consider(roundStart_ + *decision_.cutoff);
+  return next;
+}
+
+template <class Scalar>
+RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
+  RoundRecord record;
+  record.round = round_;
+  record.start = roundStart_;
+  record.end = now;
+  record.compute = gradientAt_ - roundStart_;
+  record.blocked = blocked_;
+  record.reason = reason;
+  record.target = decision_.count;
+  record.live = liveCount(now);
+  record.loss = loss_;
+  record.gradient = stats_;
+
+  // What this round's waiting saw, for the estimators.
+  ArrivalHistory::Round observed;
+  observed.round = round_;
+  observed.start = roundStart_;
+  observed.compute = record.compute;
+  observed.blocked = blocked_;
+  observed.duration = now - roundStart_;
+  for (const Slot& slot : slots_) {
+    const auto* entry = usable(slot, round_);
+    observed.censored.push_back(entry == nullptr);
+    observed.offsets.push_back(entry != nullptr
+                                   ? std::max(Duration::zero(), entry->arrival - roundStart_)
+                                   : now - roundStart_);
+  }
+  arrivals_.record(std::move(observed));
+
+  // Round skipping: far behind the neighbours, mix with their newest and jump.
+  const std::optional<std::int64_t> skip = options_.roundSkipping ? skipTarget(now) : std::nullopt;
+  const std::int64_t mixRound = skip.value_or(round_);
+  std::vector<MixInput> inputs;
+  for (Slot& slot : slots_) {
+    const auto* entry = usable(slot, mixRound);
+    if (entry == nullptr) continue;
+    if (options_.mixMode == MixMode::Symmetric && !skip) {
+      const auto it = slot.decisions.find(round_);
+      if (it == slot.decisions.end() || !it->second) continue;
+    }
+    inputs.push_back({entry->values.data(), slot.weight});
+    record.responders.push_back(slot.node);
+    ++slot.counters.mixed;
+  }
+  record.selfWeight = absorbSelfWeight(inputs);
+  fusedMix(params_.data(), record.selfWeight, inputs, mixed_.data(),
+           static_cast<std::size_t>(params_.size()));
+  record.consensusDistance = static_cast<double>((params_ - mixed_).norm());
+
+  // Curvature along the path for L, then the step.
+  if (havePrevious_) {
+    // (g_k - g_{k-1}) . (x_k - x_{k-1}) carries +eta sigma^2 / B from the
+    // minibatch noise of g_{k-1}, which also moved x: take it out.
+    const double noise = previousEta_ * previousVariance_ /
+                         static_cast<double>(std::max<std::size_t>(options_.batchSize, 1));
+    const double curvature =
+        static_cast<double>((gradient_ - previousGradient_).dot(params_ - previousParams_)) - noise;
+    gradients_.recordStep(curvature,
+                          static_cast<double>((params_ - previousParams_).squaredNorm()));
+  }
+  previousParams_ = params_;
+  previousGradient_ = gradient_;
+  havePrevious_ = true;
+  gradients_.record(stats_.gradNormSq, stats_.sampleVariance);
+  record.learningRate = schedule_.at(round_);
+  previousEta_ = record.learningRate;
+  previousVariance_ = stats_.sampleVariance;
+  record.gradientApplied = round_ >= mixRound - options_.staleness;
+  if (record.gradientApplied) sgd_.step(mixed_, gradient_, record.learningRate);
+  params_.swap(mixed_);
+
+  record.skipped = skip.has_value();
+  record.nextRound = skip ? mixRound : round_ + 1;
+  round_ = record.nextRound;
+  phase_ = Phase::Idle;
+  for (Slot& slot : slots_) {
+    slot.mailbox.discardBefore(oldestUseful());
+    slot.decisions.erase(slot.decisions.begin(), slot.decisions.lower_bound(round_));
+  }
+  return record;
+}
+
+template class RoundEngine<float>;
+template class RoundEngine<double>;
+
+}  // namespace consensusd::consensus

@@ -1,0 +1,135 @@
+#include "consensusd/consensus/wait_policy.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+namespace consensusd::consensus {
+namespace {
+
+class WaitForAll : public WaitPolicy {
+ public:
+  WaitDecision decide(const PolicyContext& context) override {
+    return {context.maxCount, std::nullopt};
+  }
+};
+
+class StaticBackups : public WaitPolicy {
+ public:
+  explicit StaticBackups(std::int64_t backups) : backups_(backups) {}
+  WaitDecision decide(const PolicyContext& context) override {
+    const auto wanted = static_cast<std::int64_t>(context.degree) - backups_;
+    const auto count = static_cast<std::size_t>(std::max<std::int64_t>(wanted, 0));
+    return {std::clamp(count, context.minCount, context.maxCount), std::nullopt};
+  }
+
+ private:
+  std::int64_t backups_;
+};
+
+class FixedTimeout : public WaitPolicy {
+ public:
+  explicit FixedTimeout(Duration timeout) : timeout_(timeout) {}
+  WaitDecision decide(const PolicyContext& context) override {
+    return {context.maxCount, timeout_};
+  }
+
+ private:
+  Duration timeout_;
+};
+
+class ArrivalQuantile : public WaitPolicy {
+ public:
+  explicit ArrivalQuantile(double q) : q_(q) {}
+  WaitDecision decide(const PolicyContext& context) override {
+    if (context.arrivals->size() == 0) return {context.maxCount, std::nullopt};
+    return {context.maxCount, context.arrivals->pooledQuantile(q_)};
+  }
+
+ private:
+  double q_;
+};
+
+class Dynamic : public WaitPolicy {
+ public:
+  explicit Dynamic(std::int64_t warmupRounds) : warmupRounds_(warmupRounds) {}
+  WaitDecision decide(const PolicyContext& context) override {
+    if (context.round < warmupRounds_ || context.arrivals->size() < 2 ||
+        context.gradients->samples() < 2) {
+      return {context.maxCount, std::nullopt};
+    }
+    const std::vector<DynamicScore> scores = dynamicScores(context);
+    const DynamicScore* best = nullptr;
+    for (const DynamicScore& score : scores) {
+      if (score.gain > 0 && (best == nullptr || score.rho > best->rho)) best = &score;
+    }
+    return {best != nullptr ? best->m : context.maxCount, std::nullopt};
+  }
+
+ private:
+  std::int64_t warmupRounds_;
+};
+
+}  // namespace
+
+std::vector<DynamicScore> dynamicScores(const PolicyContext& context) {
+  // Live neighbours, fastest first (median arrival offset).
+  std::vector<const NeighborView*> order;
+  for (const NeighborView& neighbor : *context.neighbors) {
+    if (neighbor.live) order.push_back(&neighbor);
+  }
+  std::vector<std::chrono::nanoseconds> median(context.neighbors->size());
+  for (const NeighborView* neighbor : order)
+    median[neighbor->slot] = context.arrivals->medianOffset(neighbor->slot);
+  std::stable_sort(order.begin(), order.end(), [&](const NeighborView* a, const NeighborView* b) {
+    return median[a->slot] < median[b->slot];
+  });
+  std::vector<std::size_t> liveSlots;
+  for (const NeighborView* neighbor : order) liveSlots.push_back(neighbor->slot);
+
+  const double eta = context.learningRate;
+  const double gradNormSq = context.gradients->gradNormSq();
+  const double noise = context.gradients->variance() /
+                       static_cast<double>(std::max<std::size_t>(context.batchSize, 1));
+  const double smoothness = context.gradients->smoothness();
+  std::vector<DynamicScore> scores;
+  for (std::size_t m = context.minCount; m <= context.maxCount; ++m) {
+    double used = 0;
+    double squares = 0;
+    double pull = 0;
+    for (std::size_t k = 0; k < m && k < order.size(); ++k) {
+      used += order[k]->weight;
+      squares += order[k]->weight * order[k]->weight;
+      if (order[k]->distanceSq >= 0) pull += order[k]->weight * order[k]->distanceSq;
+    }
+    const double self = std::max(0.0, 1.0 - used);
+    const double s2 = self * self + squares;
+    // Descent of one SGD step with the averaged noise, plus the pull toward
+    // the neighbours (L/2 sum w ||x_j - x_i||^2: what mixing removes from the
+    // disagreement, weighted like the smoothness bound does).
+    const double gain = eta * gradNormSq * (1.0 - smoothness * eta / 2.0) -
+                        smoothness * eta * eta / 2.0 * noise * s2 + smoothness / 2.0 * pull;
+    const Duration expected =
+        std::max(context.arrivals->expectedRoundTime(m, liveSlots), context.leadFloor);
+    const double seconds = std::max(std::chrono::duration<double>(expected).count(), 1e-9);
+    scores.push_back({m, gain, seconds, gain / seconds});
+  }
+  return scores;
+}
+
+std::unique_ptr<WaitPolicy> makePolicy(const PolicySpec& spec, std::int64_t warmupRounds) {
+  switch (spec.kind) {
+    case PolicyKind::All:
+      return std::make_unique<WaitForAll>();
+    case PolicyKind::Static:
+      return std::make_unique<StaticBackups>(spec.backups);
+    case PolicyKind::Timeout:
+      return std::make_unique<FixedTimeout>(spec.timeout);
+    case PolicyKind::Quantile:
+      return std::make_unique<ArrivalQuantile>(spec.quantile);
+    case PolicyKind::Dynamic:
+      return std::make_unique<Dynamic>(warmupRounds);
+  }
+  return std::make_unique<WaitForAll>();
+}
+
+}  // namespace consensusd::consensus

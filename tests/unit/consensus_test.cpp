@@ -1,0 +1,525 @@
+// The consensus core on a fake clock with scripted arrivals: exact and fast.
+
+#include <doctest/doctest.h>
+
+#include <Eigen/Dense>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <queue>
+#include <random>
+
+#include "consensusd/consensus/estimators.hpp"
+#include "consensusd/consensus/mixing.hpp"
+#include "consensusd/consensus/round_engine.hpp"
+#include "consensusd/topology/analysis.hpp"
+#include "consensusd/topology/generators.hpp"
+
+using namespace consensusd::consensus;
+using consensusd::data::GradientStats;
+using consensusd::data::Schedule;
+using consensusd::topology::GeneratorOptions;
+using consensusd::topology::Topology;
+using Engine = RoundEngine<double>;
+using std::chrono::milliseconds;
+
+namespace {
+
+Time ms(double value) {
+  return std::chrono::duration_cast<Time>(std::chrono::duration<double, std::milli>(value));
+}
+
+Topology graph(const std::string& kind, std::size_t nodes) {
+  GeneratorOptions options;
+  options.kind = kind;
+  options.nodes = nodes;
+  options.degree = 4;
+  return Topology::fromSpec(consensusd::topology::generate(options), "<test>");
+}
+
+Schedule rate(double eta) {
+  Schedule schedule;
+  schedule.learningRate = eta;
+  return schedule;
+}
+
+// Node 0 of a 5-node star: neighbours n1..n4, each with weight 1/5.
+struct Hub {
+  Topology topology = graph("star", 5);
+  Engine engine;
+  explicit Hub(EngineOptions options, double eta = 0.0)
+      : engine(topology, 0, options, rate(eta), 0.0, Eigen::VectorXd::Zero(3), Time{}) {}
+
+  void send(std::size_t node, std::int64_t round, double value, Time at) {
+    const Eigen::VectorXd values = Eigen::VectorXd::Constant(3, value);
+    engine.onEstimate(node, round, values.data(), at);
+  }
+  void gradient(Time at, double value = 0.0) {
+    engine.onGradient(engine.round(), Eigen::VectorXd::Constant(3, value), 0.0, GradientStats{},
+                      at);
+  }
+};
+
+EngineOptions withPolicy(PolicyKind kind) {
+  EngineOptions options;
+  options.policy.kind = kind;
+  options.roundSkipping = false;
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("all: waits for every live neighbour, then cuts off at once") {
+  Hub hub(withPolicy(PolicyKind::All));
+  REQUIRE(hub.engine.tryStart(ms(0)));
+  hub.gradient(ms(0.5));
+  for (std::size_t j = 1; j <= 3; ++j) hub.send(j, 0, 1.0, ms(static_cast<double>(j)));
+  CHECK_FALSE(hub.engine.tryFinish(ms(3.9)));
+  hub.send(4, 0, 1.0, ms(4));
+  const auto record = hub.engine.tryFinish(ms(4));
+  REQUIRE(record);
+  CHECK(record->reason == CutoffReason::Count);
+  CHECK(record->responders.size() == 4);
+  CHECK(record->compute == ms(0.5));
+  CHECK(hub.engine.params()[0] == doctest::Approx(0.8));  // 4 x 0.2 x 1.0
+}
+
+TEST_CASE("all: a dead neighbour stalls the round until it turns suspect") {
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.peerTimeout = milliseconds(100);
+  Hub hub(options);
+  REQUIRE(hub.engine.tryStart(ms(0)));
+  hub.gradient(ms(1));
+  for (std::size_t j = 1; j <= 3; ++j) hub.send(j, 0, 1.0, ms(2));
+  CHECK_FALSE(hub.engine.tryFinish(ms(50)));
+  CHECK(hub.engine.nextWakeup(ms(50)) == ms(100));  // n4, silent since the start, turns suspect
+  const auto record = hub.engine.tryFinish(ms(100));
+  REQUIRE(record);
+  CHECK(record->reason == CutoffReason::Count);
+  CHECK(record->live == 3);
+  CHECK(hub.engine.suspect(3, ms(100)));
+  // It speaks again: no longer suspect.
+  hub.send(4, 0, 1.0, ms(101));
+  CHECK_FALSE(hub.engine.suspect(3, ms(101)));
+}
+
+TEST_CASE("static: cuts off at the (d - b)-th arrival") {
+  EngineOptions options = withPolicy(PolicyKind::Static);
+  options.policy.backups = 1;
+  Hub hub(options);
+  REQUIRE(hub.engine.tryStart(ms(0)));
+  hub.gradient(ms(0.5));
+  hub.send(1, 0, 1.0, ms(1));
+  hub.send(2, 0, 1.0, ms(2));
+  CHECK_FALSE(hub.engine.tryFinish(ms(2.9)));
+  hub.send(3, 0, 1.0, ms(3));
+  const auto record = hub.engine.tryFinish(ms(3));
+  REQUIRE(record);
+  CHECK(record->target == 3);
+  CHECK(record->responders == std::vector<std::size_t>{1, 2, 3});
+  CHECK(record->selfWeight == doctest::Approx(0.4));
+}
+
+TEST_CASE("the own gradient is always waited for") {
+  EngineOptions options = withPolicy(PolicyKind::Static);
+  options.policy.backups = 3;
+  Hub hub(options);
+  REQUIRE(hub.engine.tryStart(ms(0)));
+  hub.send(1, 0, 1.0, ms(1));
+  CHECK_FALSE(hub.engine.tryFinish(ms(5)));
+  hub.gradient(ms(6));
+  CHECK(hub.engine.tryFinish(ms(6)));
+}
+
+TEST_CASE("timeout: cuts off at the fixed time with at least m_min responders") {
+  EngineOptions options = withPolicy(PolicyKind::Timeout);
+  options.policy.timeout = milliseconds(3);
+  Hub hub(options);
+  REQUIRE(hub.engine.tryStart(ms(0)));
+  hub.gradient(ms(0.5));
+  CHECK(hub.engine.nextWakeup(ms(0.5)) == ms(3));
+  CHECK_FALSE(hub.engine.tryFinish(ms(3)));  // nobody yet: m_min = 1
+  hub.send(2, 0, 1.0, ms(3.5));
+  const auto record = hub.engine.tryFinish(ms(3.5));
+  REQUIRE(record);
+  CHECK(record->reason == CutoffReason::Timeout);
+  CHECK(record->responders == std::vector<std::size_t>{2});
+}
+
+TEST_CASE("the hard deadline ends any wait") {
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.hardDeadline = milliseconds(20);
+  Hub hub(options);
+  REQUIRE(hub.engine.tryStart(ms(0)));
+  hub.gradient(ms(1));
+  CHECK_FALSE(hub.engine.tryFinish(ms(19)));
+  const auto record = hub.engine.tryFinish(ms(20));
+  REQUIRE(record);
+  CHECK(record->reason == CutoffReason::Deadline);
+  CHECK(record->responders.empty());
+  CHECK(record->selfWeight == 1.0);
+}
+
+TEST_CASE("quantile: cuts off at the pooled quantile of recorded arrivals") {
+  EngineOptions options = withPolicy(PolicyKind::Quantile);
+  options.policy.quantile = 0.5;
+  Hub hub(options);
+  for (std::int64_t k = 0; k < 5; ++k) {
+    const double t0 = 10.0 * static_cast<double>(k);
+    REQUIRE(hub.engine.tryStart(ms(t0)));
+    hub.gradient(ms(t0));
+    for (std::size_t j = 1; j <= 4; ++j) hub.send(j, k, 0.0, ms(t0 + static_cast<double>(j)));
+    REQUIRE(hub.engine.tryFinish(ms(t0 + 4)));
+  }
+  REQUIRE(hub.engine.tryStart(ms(50)));
+  REQUIRE(hub.engine.decision().cutoff);
+  CHECK(*hub.engine.decision().cutoff == hub.engine.arrivals().pooledQuantile(0.5));
+  CHECK(*hub.engine.decision().cutoff >= milliseconds(2));
+  CHECK(*hub.engine.decision().cutoff <= milliseconds(3));
+}
+
+TEST_CASE("late, stale, duplicate and future estimates") {
+  EngineOptions options = withPolicy(PolicyKind::Static);
+  options.policy.backups = 3;
+  options.staleness = 1;
+  Hub hub(options);
+  REQUIRE(hub.engine.tryStart(ms(0)));
+  hub.gradient(ms(0));
+  hub.send(1, 0, 1.0, ms(1));
+  REQUIRE(hub.engine.tryFinish(ms(1)));
+  // n2's round-0 estimate comes after our cut-off: late, still fresh for round 1 (s = 1).
+  hub.send(2, 0, 2.0, ms(2));
+  CHECK(hub.engine.counters(1).late == 1);
+  REQUIRE(hub.engine.tryStart(ms(2)));
+  hub.gradient(ms(2));
+  const auto record = hub.engine.tryFinish(ms(2));
+  REQUIRE(record);
+  CHECK(record->responders == std::vector<std::size_t>{1, 2});  // n1's round 0 is fresh too
+  // Round 2: round-0 estimates are now older than k - s.
+  REQUIRE(hub.engine.tryStart(ms(3)));
+  const Eigen::VectorXd old = Eigen::VectorXd::Constant(3, 9.0);
+  CHECK(hub.engine.onEstimate(3, 0, old.data(), ms(3)) == Receipt::Stale);
+  CHECK(hub.engine.counters(2).stale == 1);
+  hub.send(3, 2, 1.0, ms(3));
+  CHECK(hub.engine.onEstimate(3, 2, old.data(), ms(3)) == Receipt::Duplicate);
+  CHECK(hub.engine.counters(2).duplicate == 1);
+  // A neighbour from the future (round 7) is usable with `newest` mixing.
+  hub.send(4, 7, 1.0, ms(3));
+  hub.gradient(ms(3));
+  const auto future = hub.engine.tryFinish(ms(3));
+  REQUIRE(future);
+  CHECK(std::count(future->responders.begin(), future->responders.end(), 4u) == 1);
+  CHECK(hub.engine.onEstimate(0, 2, old.data(), ms(3)) == Receipt::NotNeighbor);
+}
+
+TEST_CASE("same mixing uses exactly the round-k estimates, newest the newest fresh ones") {
+  for (const MixRound mode : {MixRound::Same, MixRound::Newest}) {
+    CAPTURE(static_cast<int>(mode));
+    EngineOptions options = withPolicy(PolicyKind::Static);
+    options.policy.backups = 3;
+    options.mixRound = mode;
+    Hub hub(options);
+    // n1 is ahead: rounds 0, 1 and 2 arrive before we finish round 0.
+    hub.send(1, 0, 1.0, ms(0));
+    hub.send(1, 1, 10.0, ms(0));
+    hub.send(1, 2, 100.0, ms(0));
+    REQUIRE(hub.engine.tryStart(ms(0)));
+    hub.gradient(ms(0));
+    REQUIRE(hub.engine.tryFinish(ms(0)));
+    const double expected = mode == MixRound::Same ? 0.2 * 1.0 : 0.2 * 100.0;
+    CHECK(hub.engine.params()[0] == doctest::Approx(expected));
+  }
+  // `same` falls back to the newest when the neighbour is ahead beyond the ring.
+  EngineOptions options = withPolicy(PolicyKind::Static);
+  options.policy.backups = 3;
+  options.mixRound = MixRound::Same;
+  options.mailboxDepth = 2;
+  Hub hub(options);
+  for (std::int64_t r = 0; r < 5; ++r) hub.send(1, r, static_cast<double>(r), ms(0));
+  REQUIRE(hub.engine.tryStart(ms(0)));
+  hub.gradient(ms(0));
+  REQUIRE(hub.engine.tryFinish(ms(0)));
+  CHECK(hub.engine.params()[0] == doctest::Approx(0.2 * 4.0));
+}
+
+TEST_CASE("mixing weights: non-negative and summing to 1 for every responder set") {
+  for (const auto& [kind, nodes] : std::vector<std::pair<std::string, std::size_t>>{
+           {"random-regular", 10}, {"star", 6}, {"exponential", 8}, {"chain", 5}}) {
+    const Topology topology = graph(kind, nodes);
+    for (std::size_t i = 0; i < topology.size(); ++i) {
+      const auto& in = topology.inNeighbors(i);
+      for (std::uint32_t subset = 0; subset < (1u << in.size()); ++subset) {
+        std::vector<MixInput> inputs;
+        double sum = 0;
+        for (std::size_t k = 0; k < in.size(); ++k) {
+          if ((subset >> k & 1u) == 0) continue;
+          inputs.push_back({nullptr, in[k].weight});
+          CHECK(in[k].weight >= 0);
+          sum += in[k].weight;
+        }
+        const double self = absorbSelfWeight(inputs);
+        CHECK(self >= 0);
+        CHECK(self + sum == doctest::Approx(1.0).epsilon(1e-12));
+      }
+    }
+  }
+}
+
+TEST_CASE("the fused mix computes the weighted sum in one pass") {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  const std::size_t n = 10000;
+  std::vector<std::vector<float>> inputs(3, std::vector<float>(n));
+  std::vector<float> self(n);
+  for (auto& v : inputs) std::generate(v.begin(), v.end(), [&] { return normal(rng); });
+  std::generate(self.begin(), self.end(), [&] { return normal(rng); });
+  const std::vector<MixInput> terms{
+      {inputs[0].data(), 0.2}, {inputs[1].data(), 0.3}, {inputs[2].data(), 0.1}};
+  std::vector<float> out(n);
+  fusedMix(self.data(), 0.4, terms, out.data(), n);
+  for (std::size_t i = 0; i < n; i += 997) {
+    const double expected = 0.4 * double{self[i]} + 0.2 * double{inputs[0][i]} +
+                            0.3 * double{inputs[1][i]} + 0.1 * double{inputs[2][i]};
+    CHECK(out[i] == doctest::Approx(expected).epsilon(1e-5));
+  }
+  fusedMix(self.data(), 0.4, terms, self.data(), n);  // in place
+  CHECK(self[0] == out[0]);
+}
+
+TEST_CASE(
+    "step size 0, symmetric W, everyone answering: mean kept, disagreement shrinks by SLEM^2") {
+  const Topology topology = graph("ring", 8);
+  const double slem = consensusd::topology::analyze(topology).slem;
+  EngineOptions options = withPolicy(PolicyKind::All);
+  std::vector<std::unique_ptr<Engine>> engines;
+  std::mt19937 rng(7);
+  std::normal_distribution<double> normal;
+  for (std::size_t i = 0; i < 8; ++i) {
+    Eigen::VectorXd start(4);
+    for (auto& v : start) v = normal(rng);
+    engines.push_back(
+        std::make_unique<Engine>(topology, i, options, rate(0.0), 0.0, start, Time{}));
+  }
+  const auto stats = [&] {
+    Eigen::VectorXd mean = Eigen::VectorXd::Zero(4);
+    for (const auto& e : engines) mean += e->params() / 8.0;
+    double disagreement = 0;
+    for (const auto& e : engines) disagreement += (e->params() - mean).squaredNorm();
+    return std::pair{mean, disagreement};
+  };
+  auto [mean0, before] = stats();
+  for (int k = 0; k < 30; ++k) {
+    const Time now = ms(k);
+    for (std::size_t i = 0; i < 8; ++i) {
+      const auto start = engines[i]->tryStart(now);
+      REQUIRE(start);
+      for (const auto& out : topology.outNeighbors(i))
+        engines[out.index]->onEstimate(i, start->round, start->params->data(), now);
+    }
+    for (auto& e : engines) {
+      e->onGradient(k, Eigen::VectorXd::Zero(4), 0.0, GradientStats{}, now);
+      REQUIRE(e->tryFinish(now));
+    }
+    const auto [mean, after] = stats();
+    CHECK((mean - mean0).norm() < 1e-12);
+    CHECK(after <= slem * slem * before * (1 + 1e-9));
+    before = after;
+  }
+}
+
+TEST_CASE("E[T(m)] matches the closed form for shifted-exponential arrivals") {
+  const std::size_t n = 6;
+  const double shift = 2.0;
+  const double mean = 3.0;  // ms of the exponential part
+  ArrivalHistory history(n, 20000, milliseconds(1000));
+  std::mt19937_64 rng(11);
+  std::exponential_distribution<double> exponential(1.0 / mean);
+  for (int r = 0; r < 20000; ++r) {
+    ArrivalHistory::Round round;
+    round.round = r;
+    for (std::size_t j = 0; j < n; ++j) {
+      round.offsets.push_back(ms(shift + exponential(rng)));
+      round.censored.push_back(false);
+    }
+    history.record(std::move(round));
+  }
+  for (std::size_t m = 1; m <= n; ++m) {
+    // E[A_(m)] = shift + mean * sum_{i<m} 1 / (n - i)
+    double expected = shift;
+    for (std::size_t i = 0; i < m; ++i) expected += mean / static_cast<double>(n - i);
+    const double measured =
+        std::chrono::duration<double, std::milli>(history.expectedRoundTime(m)).count();
+    CHECK(measured == doctest::Approx(expected).epsilon(0.02));
+  }
+}
+
+TEST_CASE("late arrivals complete censored records; silent neighbours count at the cap") {
+  ArrivalHistory history(2, 10, milliseconds(100));
+  ArrivalHistory::Round round;
+  round.round = 4;
+  round.start = ms(10);
+  round.offsets = {ms(1), ms(5)};
+  round.censored = {false, true};
+  history.record(round);
+  CHECK(history.expectedRoundTime(2) == milliseconds(100));
+  history.observeLate(1, 4, ms(18));
+  CHECK(history.expectedRoundTime(2) == milliseconds(8));
+  CHECK(history.expectedRoundTime(0) == Duration::zero());
+}
+
+TEST_CASE("dynamic: few neighbours early, more late, on a noisy quadratic") {
+  // One hub with 4 neighbours that always answer at 1, 2, 3, 4 ms with the
+  // hub's own estimate; F(x) = |x|^2 / 2 from far away, gradients with noise.
+  EngineOptions options;
+  options.policy.kind = PolicyKind::Dynamic;
+  options.roundSkipping = false;
+  options.warmupRounds = 10;
+  options.windowRounds = 50;
+  options.batchSize = 1;
+  const Topology topology = graph("star", 5);
+  const std::size_t dimension = 20;
+  Engine engine(topology, 0, options, rate(0.05), 0.0, Eigen::VectorXd::Constant(dimension, 30.0),
+                Time{});
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> normal;
+  const double sigma = 1.0;  // per coordinate
+  std::vector<std::size_t> chosen;
+  for (std::int64_t k = 0; k < 600; ++k) {
+    const double t0 = 10.0 * static_cast<double>(k);
+    const auto start = engine.tryStart(ms(t0));
+    REQUIRE(start);
+    const Eigen::VectorXd x = *start->params;
+    Eigen::VectorXd g = x;
+    for (auto& v : g) v += sigma * normal(rng);
+    GradientStats stats;
+    stats.gradNormSq = g.squaredNorm();
+    stats.sampleVariance = sigma * sigma * static_cast<double>(dimension);
+    engine.onGradient(k, g, 0.5 * x.squaredNorm(), stats, ms(t0 + 0.5));
+    for (std::size_t j = 1; j <= 4; ++j)
+      engine.onEstimate(j, k, x.data(), ms(t0 + static_cast<double>(j)));
+    const auto record = engine.tryFinish(ms(t0 + 4));
+    REQUIRE(record);
+    chosen.push_back(record->target);
+  }
+  const auto average = [&](std::size_t from, std::size_t to) {
+    double sum = 0;
+    for (std::size_t k = from; k < to; ++k) sum += static_cast<double>(chosen[k]);
+    return sum / static_cast<double>(to - from);
+  };
+  const double early = average(15, 40);
+  const double late = average(500, 600);
+  CAPTURE(early);
+  CAPTURE(late);
+  CHECK(early <= 1.5);
+  CHECK(late >= 2.0);
+  CHECK(late >= early + 1.0);
+  CHECK(engine.gradients().smoothness() == doctest::Approx(1.0).epsilon(0.5));
+}
+
+namespace {
+
+// A tiny discrete-event network for the skipping tests: fixed compute time
+// per node, fixed link latency, every engine driven as the daemon would.
+struct Network {
+  const Topology& topology;
+  std::vector<std::unique_ptr<Engine>> engines;
+  std::vector<double> computeMs;
+  double latencyMs = 0.1;
+  struct Event {
+    double at;
+    std::uint64_t order;
+    std::function<void(double)> run;
+    bool operator>(const Event& other) const {
+      return std::tie(at, order) > std::tie(other.at, other.order);
+    }
+  };
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
+  std::uint64_t counter = 0;
+  std::vector<std::int64_t> finished;
+  std::vector<std::int64_t> skips;
+
+  Network(const Topology& graph, EngineOptions options, std::vector<double> compute)
+      : topology(graph),
+        computeMs(std::move(compute)),
+        finished(graph.size(), 0),
+        skips(graph.size(), 0) {
+    for (std::size_t i = 0; i < graph.size(); ++i) {
+      engines.push_back(std::make_unique<Engine>(graph, i, options, rate(0.0), 0.0,
+                                                 Eigen::VectorXd::Zero(2), Time{}));
+    }
+  }
+  void at(double t, std::function<void(double)> run) {
+    events.push({t, counter++, std::move(run)});
+  }
+
+  void poke(std::size_t i, double now) {
+    Engine& engine = *engines[i];
+    if (auto record = engine.tryFinish(ms(now))) {
+      ++finished[i];
+      skips[i] += record->skipped ? 1 : 0;
+    }
+    if (auto start = engine.tryStart(ms(now))) {
+      const std::int64_t round = start->round;
+      const Eigen::VectorXd values = *start->params;
+      for (const auto& out : topology.outNeighbors(i)) {
+        at(now + latencyMs, [this, i, to = out.index, round, values](double t) {
+          engines[to]->onEstimate(i, round, values.data(), ms(t));
+          poke(to, t);
+        });
+      }
+      at(now + computeMs[i], [this, i, round](double t) {
+        engines[i]->onGradient(round, Eigen::VectorXd::Zero(2), 0.0, GradientStats{}, ms(t));
+        poke(i, t);
+      });
+    }
+    if (auto wake = engine.nextWakeup(ms(now))) {
+      at(std::chrono::duration<double, std::milli>(*wake).count(),
+         [this, i](double t) { poke(i, t); });
+    }
+  }
+  void run(double untilMs) {
+    for (std::size_t i = 0; i < engines.size(); ++i) at(0, [this, i](double t) { poke(i, t); });
+    while (!events.empty() && events.top().at <= untilMs) {
+      Event event = events.top();
+      events.pop();
+      event.run(event.at);
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("round skipping: a persistently slow node skips, its neighbours keep their pace") {
+  const Topology ring = graph("ring", 6);
+  EngineOptions options;
+  options.policy.kind = PolicyKind::Static;
+  options.policy.backups = 1;
+  options.maxLead = 40;
+  options.skipAhead = 2;
+  const std::vector<double> compute{20.0, 1.0, 1.0, 1.0, 1.0, 1.0};
+
+  options.roundSkipping = true;
+  Network skipping(ring, options, compute);
+  skipping.run(2000);
+  options.roundSkipping = false;
+  Network throttled(ring, options, compute);
+  throttled.run(2000);
+  Network alone(ring, options, std::vector<double>(6, 1.0));
+  alone.run(2000);
+
+  CAPTURE(skipping.finished);
+  CAPTURE(throttled.finished);
+  CAPTURE(alone.finished);
+  // The slow node finishes about 2000 / 20 rounds either way, and skips.
+  CHECK(skipping.finished[0] <= 101);
+  CHECK(skipping.skips[0] >= 50);
+  for (std::size_t i = 1; i < 6; ++i) {
+    // With skipping, the others run at the pace they have without any straggler.
+    CHECK(static_cast<double>(skipping.finished[i]) >=
+          0.9 * static_cast<double>(alone.finished[i]));
+    // Without it, the lead bound holds them within max_lead of the slow node.
+    CHECK(throttled.finished[i] <= throttled.finished[0] + 6 * options.maxLead);
+    CHECK(static_cast<double>(throttled.finished[i]) <
+          0.5 * static_cast<double>(alone.finished[i]));
+  }
+}
