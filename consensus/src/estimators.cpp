@@ -32,31 +32,31 @@ void ArrivalHistory::observeLate(std::size_t slot, std::int64_t usableUpTo, Time
   }
 }
 
-Duration ArrivalHistory::expectedRoundTime(std::size_t m,
-                                           const std::vector<std::size_t>& slots) const {
-  if (rounds_.empty()) return Duration::zero();
-  std::vector<Duration> offsets;
-  double total = 0;
+std::vector<Duration> ArrivalHistory::expectedRoundTimes(const std::vector<std::size_t>& slots) const {
+  std::vector<double> totals(slots.size() + 1, 0.0);
+  if (rounds_.empty()) return std::vector<Duration>(totals.size(), Duration::zero());
+  std::vector<Duration> offsets(slots.size());
   for (const Round& round : rounds_) {
-    Duration order = Duration::zero();
-    if (m > 0) {
-      offsets.clear();
-      for (const std::size_t slot : slots)
-        offsets.push_back(round.censored[slot] ? cap_ : round.offsets[slot]);
-      const std::size_t k = std::min(m, offsets.size()) - 1;
-      std::nth_element(offsets.begin(), offsets.begin() + static_cast<std::ptrdiff_t>(k),
-                       offsets.end());
-      order = offsets[k];
+    for (std::size_t k = 0; k < slots.size(); ++k) {
+      offsets[k] = round.censored[slots[k]] ? cap_ : round.offsets[slots[k]];
     }
-    total += static_cast<double>(std::max(round.compute, order).count());
+    std::sort(offsets.begin(), offsets.end());
+    totals[0] += static_cast<double>(round.compute.count());
+    for (std::size_t m = 1; m <= slots.size(); ++m) {
+      totals[m] += static_cast<double>(std::max(round.compute, offsets[m - 1]).count());
+    }
   }
-  return Duration(static_cast<Duration::rep>(total / static_cast<double>(rounds_.size())));
+  std::vector<Duration> means;
+  for (const double total : totals) {
+    means.emplace_back(static_cast<Duration::rep>(total / static_cast<double>(rounds_.size())));
+  }
+  return means;
 }
 
 Duration ArrivalHistory::expectedRoundTime(std::size_t m) const {
   std::vector<std::size_t> all(neighbors_);
   for (std::size_t j = 0; j < neighbors_; ++j) all[j] = j;
-  return expectedRoundTime(m, all);
+  return expectedRoundTimes(all).at(std::min(m, neighbors_));
 }
 
 Duration ArrivalHistory::medianOffset(std::size_t slot) const {

@@ -30,8 +30,11 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
                       {},
                       {}});
   }
+  // Five buffers of one size, rotated by swaps each round: no allocation, no copy.
   mixed_.resize(params_.size());
   gradient_.resize(params_.size());
+  previousParams_.resize(params_.size());
+  previousGradient_.resize(params_.size());
 }
 
 template <class Scalar>
@@ -315,8 +318,6 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     gradients_.recordStep(curvature,
                           static_cast<double>((params_ - previousParams_).squaredNorm()));
   }
-  previousParams_ = params_;
-  previousGradient_ = gradient_;
   havePrevious_ = true;
   gradients_.record(stats_.gradNormSq, stats_.sampleVariance);
   record.learningRate = schedule_.at(round_);
@@ -324,6 +325,9 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   previousVariance_ = stats_.sampleVariance;
   record.gradientApplied = round_ >= mixRound - options_.staleness;
   if (record.gradientApplied) sgd_.step(mixed_, gradient_, record.learningRate);
+  // Keep x_k and g_k for the next curvature sample, without copying.
+  previousParams_.swap(params_);
+  previousGradient_.swap(gradient_);
   params_.swap(mixed_);
 
   record.skipped = skip.has_value();

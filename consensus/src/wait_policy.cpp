@@ -91,6 +91,7 @@ std::vector<DynamicScore> dynamicScores(const PolicyContext& context) {
   const double noise = context.gradients->variance() /
                        static_cast<double>(std::max<std::size_t>(context.batchSize, 1));
   const double smoothness = context.gradients->smoothness();
+  const std::vector<Duration> expectedTimes = context.arrivals->expectedRoundTimes(liveSlots);
   std::vector<DynamicScore> scores;
   for (std::size_t m = context.minCount; m <= context.maxCount; ++m) {
     double used = 0;
@@ -109,7 +110,7 @@ std::vector<DynamicScore> dynamicScores(const PolicyContext& context) {
     const double gain = eta * gradNormSq * (1.0 - smoothness * eta / 2.0) -
                         smoothness * eta * eta / 2.0 * noise * s2 + smoothness / 2.0 * pull;
     const Duration expected =
-        std::max(context.arrivals->expectedRoundTime(m, liveSlots), context.leadFloor);
+        std::max(expectedTimes[std::min(m, liveSlots.size())], context.leadFloor);
     const double seconds = std::max(std::chrono::duration<double>(expected).count(), 1e-9);
     scores.push_back({m, gain, seconds, gain / seconds});
   }

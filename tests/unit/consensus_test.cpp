@@ -523,3 +523,48 @@ TEST_CASE("round skipping: a persistently slow node skips, its neighbours keep t
           0.5 * static_cast<double>(alone.finished[i]));
   }
 }
+
+TEST_CASE("symmetric mixing: an edge counts only when both ends used each other") {
+  const Topology pair = graph("chain", 2);  // weights 1/2
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.mixMode = MixMode::Symmetric;
+  EngineOptions hasty = options;
+  hasty.policy.kind = PolicyKind::Static;
+  hasty.policy.backups = 1;
+  hasty.minResponders = 0;  // n1 does not wait for n0 at all
+
+  for (const bool bothUse : {true, false}) {
+    CAPTURE(bothUse);
+    Engine a(pair, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Constant(1, 0.0), Time{});
+    Engine b(pair, 1, bothUse ? options : hasty, rate(0.0), 0.0, Eigen::VectorXd::Constant(1, 1.0), Time{});
+    const auto sa = a.tryStart(ms(0));
+    const auto sb = b.tryStart(ms(0));
+    REQUIRE((sa && sb));
+    const Eigen::VectorXd xa = *sa->params;
+    const Eigen::VectorXd xb = *sb->params;
+    a.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(1));
+    b.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(1));
+    a.onEstimate(1, 0, xb.data(), ms(2));
+    if (bothUse) b.onEstimate(0, 0, xa.data(), ms(2));
+    // b cuts off (with or without a), then a; each tells the other.
+    auto rb = b.tryFinish(ms(3));
+    CHECK(rb.has_value() == !bothUse);  // having used nobody, b need not wait
+    CHECK_FALSE(a.tryFinish(ms(3)));
+    CHECK(a.phase() == Engine::Phase::Deciding);
+    for (const Decision& d : b.takeDecisions()) a.onDecision(1, d.round, d.used, ms(4));
+    for (const Decision& d : a.takeDecisions()) b.onDecision(0, d.round, d.used, ms(4));
+    const auto ra = a.tryFinish(ms(4));
+    if (bothUse) rb = b.tryFinish(ms(4));
+    REQUIRE((ra && rb));
+    if (bothUse) {
+      CHECK(a.params()[0] == doctest::Approx(0.5));
+      CHECK(b.params()[0] == doctest::Approx(0.5));
+    } else {
+      // Absorb would have moved a to 0.5 alone, breaking the mean; symmetric keeps both.
+      CHECK(ra->responders.empty());
+      CHECK(a.params()[0] == 0.0);
+      CHECK(b.params()[0] == 1.0);
+    }
+    CHECK(a.params()[0] + b.params()[0] == doctest::Approx(1.0));  // the mean is kept
+  }
+}

@@ -44,8 +44,9 @@ class ArrivalHistory {
 
   // E[max(C, A_(m))] over the window; A_(0) = 0. Censored offsets count as `cap`.
   Duration expectedRoundTime(std::size_t m) const;
-  // E[max(C, A_(m))] where A_(m) is taken over `slots` only.
-  Duration expectedRoundTime(std::size_t m, const std::vector<std::size_t>& slots) const;
+  // E[max(C, A_(m))] for m = 0..slots.size(), A_(m) taken over `slots` only;
+  // one sort per recorded round for all m.
+  std::vector<Duration> expectedRoundTimes(const std::vector<std::size_t>& slots) const;
   // Median offset of one neighbour (censored as `cap`).
   Duration medianOffset(std::size_t slot) const;
   // The q-quantile of all offsets of all neighbours over the window.

@@ -1,0 +1,106 @@
+// The consensus core's cost per round (policy decision, storing d estimates,
+// the fused mix and the step) next to one minibatch gradient of the model it
+// serves, measured in the same run: the core must be negligible next to the
+// gradient (issue: consensus core). Run through scripts/bench-round-overhead.
+
+#include <benchmark/benchmark.h>
+
+#include <Eigen/Core>
+#include <random>
+
+#include "consensusd/consensus/round_engine.hpp"
+#include "consensusd/data/model.hpp"
+#include "consensusd/topology/generators.hpp"
+
+namespace {
+
+using consensusd::consensus::EngineOptions;
+using consensusd::consensus::PolicyKind;
+using consensusd::consensus::RoundEngine;
+using consensusd::consensus::Time;
+
+constexpr std::size_t kInputs = 784;
+constexpr std::size_t kClasses = 10;
+
+consensusd::data::ModelOptions softmax() {
+  consensusd::data::ModelOptions options;
+  options.inputs = kInputs;
+  options.classes = kClasses;
+  return options;
+}
+
+// One round of node 0 of a random 4-regular graph, every neighbour answering.
+void engineRound(benchmark::State& state) {
+  const auto policy = static_cast<PolicyKind>(state.range(0));
+  consensusd::topology::GeneratorOptions graph;
+  graph.kind = "random-regular";
+  graph.nodes = 16;
+  graph.degree = 4;
+  const auto topology = consensusd::topology::Topology::fromSpec(consensusd::topology::generate(graph), "<bench>");
+  EngineOptions options;
+  options.policy.kind = policy;
+  options.warmupRounds = 0;
+  const consensusd::data::Model<float> model(softmax());
+  const auto dimension = static_cast<Eigen::Index>(model.dimension());
+  consensusd::data::Schedule schedule;
+  RoundEngine<float> engine(topology, 0, options, schedule, 0.0, Eigen::VectorXf::Zero(dimension), Time{});
+  const Eigen::VectorXf neighbour = Eigen::VectorXf::Random(dimension);
+  const Eigen::VectorXf gradient = Eigen::VectorXf::Random(dimension) * 1e-3f;
+  consensusd::data::GradientStats stats{1.0, 10.0};
+  std::int64_t t = 0;
+  for (auto _ : state) {
+    const auto start = engine.tryStart(Time(t));
+    const std::int64_t round = start->round;
+    for (const auto& in : topology.inNeighbors(0)) engine.onEstimate(in.index, round, neighbour.data(), Time(t + 1000));
+    engine.onGradient(round, gradient, 0.5, stats, Time(t + 500));
+    benchmark::DoNotOptimize(engine.tryFinish(Time(t + 2000)));
+    t += 1'000'000;
+  }
+  state.SetLabel(consensusd::consensus::toString(policy));
+}
+
+// The dynamic rule's decision alone: context (neighbour distances) and scores.
+void dynamicDecision(benchmark::State& state) {
+  consensusd::topology::GeneratorOptions graph;
+  graph.kind = "random-regular";
+  graph.nodes = 16;
+  graph.degree = 4;
+  const auto topology = consensusd::topology::Topology::fromSpec(consensusd::topology::generate(graph), "<bench>");
+  EngineOptions options;
+  options.policy.kind = PolicyKind::Dynamic;
+  const consensusd::data::Model<float> model(softmax());
+  const auto dimension = static_cast<Eigen::Index>(model.dimension());
+  RoundEngine<float> engine(topology, 0, options, {}, 0.0, Eigen::VectorXf::Zero(dimension), Time{});
+  const Eigen::VectorXf neighbour = Eigen::VectorXf::Random(dimension);
+  std::int64_t t = 0;
+  for (int k = 0; k < 60; ++k, t += 1'000'000) {  // fill the estimator window
+    const std::int64_t round = engine.tryStart(Time(t))->round;
+    for (const auto& in : topology.inNeighbors(0)) engine.onEstimate(in.index, round, neighbour.data(), Time(t + 1000));
+    engine.onGradient(round, neighbour * 1e-3f, 0.5, {1.0, 10.0}, Time(t + 500));
+    engine.tryFinish(Time(t + 2000));
+  }
+  for (auto _ : state) {
+    const auto context = engine.policyContext(Time(t));
+    benchmark::DoNotOptimize(consensusd::consensus::dynamicScores(context));
+  }
+}
+
+void softmaxGradient(benchmark::State& state) {
+  consensusd::data::Model<float> model(softmax());
+  Eigen::VectorXf params = Eigen::VectorXf::Zero(static_cast<Eigen::Index>(model.dimension()));
+  Eigen::VectorXf grad(params.size());
+  consensusd::data::Batch<float> batch;
+  batch.x = (Eigen::MatrixXf::Random(kInputs, 32).array() + 1.0f) * 0.5f;
+  std::mt19937 rng(1);
+  for (int i = 0; i < 32; ++i) batch.labels.push_back(static_cast<std::int32_t>(rng() % kClasses));
+  consensusd::data::GradientStats stats;
+  for (auto _ : state) benchmark::DoNotOptimize(model.lossAndGradient(params, batch, grad, &stats));
+}
+
+BENCHMARK(engineRound)->ArgName("policy")->DenseRange(0, 4);
+BENCHMARK(dynamicDecision);
+BENCHMARK(softmaxGradient);
+
+}  // namespace
+
+BENCHMARK_MAIN();
