@@ -75,4 +75,39 @@ data::LocalTrainOptions localTrainOptions(const NodeConfig& config, const data::
   return options;
 }
 
+consensus::PolicySpec policySpec(const NodeConfig& config) {
+  consensus::PolicySpec spec;
+  spec.kind = *consensus::parsePolicyKind(config.consensus.policy);
+  spec.backups = config.consensus.backups;
+  spec.timeout = std::chrono::duration_cast<consensus::Duration>(
+      std::chrono::duration<double, std::milli>(config.consensus.timeoutMs));
+  spec.quantile = config.consensus.quantile;
+  return spec;
+}
+
+consensus::EngineOptions engineOptions(const NodeConfig& config) {
+  const auto milliseconds = [](double value) {
+    return std::chrono::duration_cast<consensus::Duration>(
+        std::chrono::duration<double, std::milli>(value));
+  };
+  const NodeConfig::Consensus& c = config.consensus;
+  consensus::EngineOptions options;
+  options.policy = policySpec(config);
+  options.mixRound = *consensus::parseMixRound(c.mixRound);
+  options.mixMode = *consensus::parseMixMode(c.mix);
+  options.staleness = c.staleness;
+  options.maxLead = c.maxLead;
+  options.roundSkipping = c.roundSkipping;
+  options.skipAhead = c.skipAhead;
+  options.mailboxDepth = static_cast<std::size_t>(c.mailboxDepth);
+  options.minResponders = static_cast<std::size_t>(c.minResponders);
+  options.maxResponders = static_cast<std::size_t>(c.maxResponders);
+  options.peerTimeout = milliseconds(c.peerTimeoutMs);
+  options.hardDeadline = milliseconds(c.hardDeadlineMs);
+  options.warmupRounds = c.warmupRounds;
+  options.windowRounds = static_cast<std::size_t>(c.windowRounds);
+  options.batchSize = static_cast<std::size_t>(config.train.batchSize);
+  return options;
+}
+
 }  // namespace consensusd::config

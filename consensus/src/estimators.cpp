@@ -32,7 +32,8 @@ void ArrivalHistory::observeLate(std::size_t slot, std::int64_t usableUpTo, Time
   }
 }
 
-std::vector<Duration> ArrivalHistory::expectedRoundTimes(const std::vector<std::size_t>& slots) const {
+std::vector<Duration> ArrivalHistory::expectedRoundTimes(
+    const std::vector<std::size_t>& slots) const {
   std::vector<double> totals(slots.size() + 1, 0.0);
   if (rounds_.empty()) return std::vector<Duration>(totals.size(), Duration::zero());
   std::vector<Duration> offsets(slots.size());

@@ -43,10 +43,13 @@ void gradient(benchmark::State& state) {
   const std::int64_t kind = state.range(0);
   const auto batchSize = static_cast<std::size_t>(state.range(1));
   Dataset data;
-  data.features = (Eigen::MatrixXf::Random(kInputs, static_cast<Eigen::Index>(batchSize)).array() + 1.0f) * 0.5f;
+  data.features =
+      (Eigen::MatrixXf::Random(kInputs, static_cast<Eigen::Index>(batchSize)).array() + 1.0f) *
+      0.5f;
   data.classes = kClasses;
   std::mt19937 rng(1);
-  for (std::size_t i = 0; i < batchSize; ++i) data.labels.push_back(static_cast<std::int32_t>(rng() % kClasses));
+  for (std::size_t i = 0; i < batchSize; ++i)
+    data.labels.push_back(static_cast<std::int32_t>(rng() % kClasses));
   std::vector<std::size_t> indices(batchSize);
   for (std::size_t i = 0; i < batchSize; ++i) indices[i] = i;
 

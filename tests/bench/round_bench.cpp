@@ -36,14 +36,16 @@ void engineRound(benchmark::State& state) {
   graph.kind = "random-regular";
   graph.nodes = 16;
   graph.degree = 4;
-  const auto topology = consensusd::topology::Topology::fromSpec(consensusd::topology::generate(graph), "<bench>");
+  const auto topology =
+      consensusd::topology::Topology::fromSpec(consensusd::topology::generate(graph), "<bench>");
   EngineOptions options;
   options.policy.kind = policy;
   options.warmupRounds = 0;
   const consensusd::data::Model<float> model(softmax());
   const auto dimension = static_cast<Eigen::Index>(model.dimension());
   consensusd::data::Schedule schedule;
-  RoundEngine<float> engine(topology, 0, options, schedule, 0.0, Eigen::VectorXf::Zero(dimension), Time{});
+  RoundEngine<float> engine(topology, 0, options, schedule, 0.0, Eigen::VectorXf::Zero(dimension),
+                            Time{});
   const Eigen::VectorXf neighbour = Eigen::VectorXf::Random(dimension);
   const Eigen::VectorXf gradient = Eigen::VectorXf::Random(dimension) * 1e-3f;
   consensusd::data::GradientStats stats{1.0, 10.0};
@@ -51,7 +53,8 @@ void engineRound(benchmark::State& state) {
   for (auto _ : state) {
     const auto start = engine.tryStart(Time(t));
     const std::int64_t round = start->round;
-    for (const auto& in : topology.inNeighbors(0)) engine.onEstimate(in.index, round, neighbour.data(), Time(t + 1000));
+    for (const auto& in : topology.inNeighbors(0))
+      engine.onEstimate(in.index, round, neighbour.data(), Time(t + 1000));
     engine.onGradient(round, gradient, 0.5, stats, Time(t + 500));
     benchmark::DoNotOptimize(engine.tryFinish(Time(t + 2000)));
     t += 1'000'000;
@@ -65,17 +68,20 @@ void dynamicDecision(benchmark::State& state) {
   graph.kind = "random-regular";
   graph.nodes = 16;
   graph.degree = 4;
-  const auto topology = consensusd::topology::Topology::fromSpec(consensusd::topology::generate(graph), "<bench>");
+  const auto topology =
+      consensusd::topology::Topology::fromSpec(consensusd::topology::generate(graph), "<bench>");
   EngineOptions options;
   options.policy.kind = PolicyKind::Dynamic;
   const consensusd::data::Model<float> model(softmax());
   const auto dimension = static_cast<Eigen::Index>(model.dimension());
-  RoundEngine<float> engine(topology, 0, options, {}, 0.0, Eigen::VectorXf::Zero(dimension), Time{});
+  RoundEngine<float> engine(topology, 0, options, {}, 0.0, Eigen::VectorXf::Zero(dimension),
+                            Time{});
   const Eigen::VectorXf neighbour = Eigen::VectorXf::Random(dimension);
   std::int64_t t = 0;
   for (int k = 0; k < 60; ++k, t += 1'000'000) {  // fill the estimator window
     const std::int64_t round = engine.tryStart(Time(t))->round;
-    for (const auto& in : topology.inNeighbors(0)) engine.onEstimate(in.index, round, neighbour.data(), Time(t + 1000));
+    for (const auto& in : topology.inNeighbors(0))
+      engine.onEstimate(in.index, round, neighbour.data(), Time(t + 1000));
     engine.onGradient(round, neighbour * 1e-3f, 0.5, {1.0, 10.0}, Time(t + 500));
     engine.tryFinish(Time(t + 2000));
   }

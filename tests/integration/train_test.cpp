@@ -12,9 +12,10 @@ using consensusd::testing::runProcess;
 namespace {
 
 double finalAccuracy(const std::string& example) {
-  const auto result = runProcess({CONSENSUSCTL, "train", "-q", "--config",
-                                  std::string(CONSENSUSD_SOURCE_DIR) + "/config/examples/" + example},
-                                 {}, std::chrono::minutes(10));
+  const auto result =
+      runProcess({CONSENSUSCTL, "train", "-q", "--config",
+                  std::string(CONSENSUSD_SOURCE_DIR) + "/config/examples/" + example},
+                 {}, std::chrono::minutes(10));
   REQUIRE(result.exitCode == 0);
   const std::string marker = "test accuracy ";
   const std::size_t at = result.out.find(marker);

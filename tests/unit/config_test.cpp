@@ -219,6 +219,20 @@ TEST_CASE("every choice the schema accepts maps onto the data module") {
   for (const char* schedule : {"constant", "step", "inverse-sqrt", "cosine"}) {
     CHECK(consensusd::data::parseScheduleKind(schedule).has_value());
   }
+  for (const char* policy : {"all", "static", "timeout", "quantile", "dynamic"}) {
+    const NodeConfig config =
+        readConfig(kMinimal, "c.yaml", {std::string("consensus.policy=") + policy});
+    CHECK(consensusd::consensus::toString(consensusd::config::policySpec(config).kind) == policy);
+  }
+  for (const char* mix : {"consensus.mix_round=same", "consensus.mix=symmetric"}) {
+    CHECK_NOTHROW(consensusd::config::engineOptions(readConfig(kMinimal, "c.yaml", {mix})));
+  }
+  const auto engine = consensusd::config::engineOptions(readConfig(
+      kMinimal, "c.yaml", {"consensus.peer_timeout_ms=1500", "consensus.timeout_ms=2.5"}));
+  CHECK(engine.peerTimeout == std::chrono::milliseconds(1500));
+  CHECK(engine.policy.timeout == std::chrono::microseconds(2500));
+  CHECK(engine.mixRound == consensusd::consensus::MixRound::Newest);
+  CHECK(engine.maxLead == 20);
 }
 
 TEST_CASE("a model that does not fit the data is a clear error") {

@@ -536,7 +536,8 @@ TEST_CASE("symmetric mixing: an edge counts only when both ends used each other"
   for (const bool bothUse : {true, false}) {
     CAPTURE(bothUse);
     Engine a(pair, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Constant(1, 0.0), Time{});
-    Engine b(pair, 1, bothUse ? options : hasty, rate(0.0), 0.0, Eigen::VectorXd::Constant(1, 1.0), Time{});
+    Engine b(pair, 1, bothUse ? options : hasty, rate(0.0), 0.0, Eigen::VectorXd::Constant(1, 1.0),
+             Time{});
     const auto sa = a.tryStart(ms(0));
     const auto sb = b.tryStart(ms(0));
     REQUIRE((sa && sb));
@@ -567,4 +568,20 @@ TEST_CASE("symmetric mixing: an edge counts only when both ends used each other"
     }
     CHECK(a.params()[0] + b.params()[0] == doctest::Approx(1.0));  // the mean is kept
   }
+}
+
+TEST_CASE("the policy can be switched between rounds") {
+  Hub hub(withPolicy(PolicyKind::All));
+  REQUIRE(hub.engine.tryStart(ms(0)));
+  CHECK(hub.engine.decision().count == 4);
+  PolicySpec spec;
+  spec.kind = PolicyKind::Static;
+  spec.backups = 2;
+  hub.engine.setPolicy(spec);
+  CHECK(hub.engine.decision().count == 4);  // the running round keeps its decision
+  hub.gradient(ms(1));
+  for (std::size_t j = 1; j <= 4; ++j) hub.send(j, 0, 0.0, ms(1));
+  REQUIRE(hub.engine.tryFinish(ms(1)));
+  REQUIRE(hub.engine.tryStart(ms(2)));
+  CHECK(hub.engine.decision().count == 2);
 }

@@ -1,11 +1,12 @@
 #pragma once
 // NodeConfig (validated YAML values) onto the parameter structs of the data
-// module. Choice strings were checked against the schema, so the parse
+// and consensus modules. Choice strings were checked against the schema, so the parse
 // functions here cannot fail on them.
 
 #include <cstddef>
 
 #include "consensusd/config/node_config.hpp"
+#include "consensusd/consensus/options.hpp"
 #include "consensusd/data/local_trainer.hpp"
 #include "consensusd/data/partition.hpp"
 #include "consensusd/data/source.hpp"
@@ -20,5 +21,7 @@ data::PartitionOptions partitionOptions(const NodeConfig& config, std::size_t no
 data::ModelOptions modelOptions(const NodeConfig& config, const data::Dataset& train);
 data::Schedule schedule(const NodeConfig& config);
 data::LocalTrainOptions localTrainOptions(const NodeConfig& config, const data::Dataset& train);
+consensus::PolicySpec policySpec(const NodeConfig& config);
+consensus::EngineOptions engineOptions(const NodeConfig& config);
 
 }  // namespace consensusd::config
