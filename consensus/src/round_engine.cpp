@@ -189,6 +189,11 @@ void RoundEngine<Scalar>::onDecision(std::size_t node, std::int64_t round, bool 
 }
 
 template <class Scalar>
+void RoundEngine<Scalar>::onKeepAlive(std::size_t node, Time now) {
+  if (const std::optional<std::size_t> index = slotOf(node)) slots_[*index].lastHeard = now;
+}
+
+template <class Scalar>
 std::optional<CutoffReason> RoundEngine<Scalar>::cutoffReached(Time now) const {
   if (!haveGradient_) return std::nullopt;  // our own step needs our gradient
   std::size_t responders = 0;

@@ -1,9 +1,53 @@
 // consensusd: one node of a decentralized training cluster (DESIGN.md §1-2).
 
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
 #include <iostream>
 
 #include "cli.hpp"
 #include "consensusd/config/load.hpp"
+#include "node.hpp"
+#include "status_server.hpp"
+
+namespace {
+
+// SIGTERM/SIGINT blocked in every thread and read from a signalfd by the
+// engine loop: a clean stop never runs in a signal handler.
+int blockStopSignals() {
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  return ::signalfd(-1, &stop, SFD_CLOEXEC | SFD_NONBLOCK);
+}
+
+int runDaemon(const consensusd::config::LoadedConfig& loaded) {
+  const auto& cfg = loaded.config;
+  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e " + cfg.node.id + " %^%l%$ %v");
+  spdlog::set_level(spdlog::level::from_str(cfg.log.level));
+  const int signalFd = blockStopSignals();
+  const int wakeFd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  consensusd::daemon::StatusBoard board;
+  try {
+    const consensusd::daemon::StatusServer status(cfg.status.socket, board, wakeFd);
+    spdlog::info("status socket {}", cfg.status.socket);
+    const int code = consensusd::daemon::runNode(loaded, board, signalFd, wakeFd);
+    ::close(wakeFd);
+    ::close(signalFd);
+    return code;
+  } catch (const std::runtime_error& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+}
+
+}  // namespace
 
 // cli::run maps every exception to an exit code; only CLI11 set-up could throw.
 int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
@@ -46,8 +90,6 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
                 << graph.hashHex() << ")\n";
       return consensusd::cli::kExitOk;
     }
-    std::cerr
-        << "consensusd: the round loop is not built yet (see the daemon issue); use --check\n";
-    return 69;  // EX_UNAVAILABLE
+    return runDaemon(loaded);
   });
 }

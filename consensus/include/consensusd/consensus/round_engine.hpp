@@ -90,6 +90,8 @@ class RoundEngine {
   void onGradient(std::int64_t round, const Eigen::Ref<const Vector>& gradient, double loss,
                   const data::GradientStats& stats, Time now);
   void onDecision(std::size_t node, std::int64_t round, bool usedMine, Time now);
+  // Any other sign of life from a neighbour (a keep-alive): not suspect.
+  void onKeepAlive(std::size_t node, Time now);
   std::optional<RoundRecord> tryFinish(Time now);
   std::vector<Decision> takeDecisions();
   // The next time something can change without a message (cut-off, deadline,

@@ -1,0 +1,167 @@
+#include "checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <system_error>
+
+namespace consensusd::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kMagic[8] = {'C', 'N', 'S', 'D', 'C', 'K', 'P', '1'};
+constexpr std::size_t kHeaderBytes = 8 + 8 + 8 + 4 + 4 + 8 + 4;  // magic .. reserved, see save()
+
+template <class T>
+void append(std::vector<std::byte>& out, T value) {
+  const auto* bytes =
+      reinterpret_cast<const std::byte*>(&value);  // little-endian hosts only (x86, arm64)
+  out.insert(out.end(), bytes, bytes + sizeof(T));
+}
+
+template <class T>
+T read(const std::vector<std::byte>& in, std::size_t at) {
+  T value;
+  std::memcpy(&value, in.data() + at, sizeof(T));
+  return value;
+}
+
+void check(int result, const std::string& what) {
+  if (result < 0) throw std::system_error(errno, std::generic_category(), what);
+}
+
+void writeAll(int fd, const std::vector<std::byte>& bytes, const std::string& path) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    check(static_cast<int>(n < 0 ? -1 : 0), "write " + path);
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+void fsyncPath(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  check(fd, "open " + path);
+  const int result = ::fsync(fd);
+  ::close(fd);
+  check(result, "fsync " + path);
+}
+
+std::vector<std::pair<std::int64_t, fs::path>> listRounds(const std::string& folder) {
+  std::vector<std::pair<std::int64_t, fs::path>> files;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(folder, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("round-", 0) != 0 || entry.path().extension() != ".ckpt") continue;
+    try {
+      files.emplace_back(std::stoll(name.substr(6)), entry.path());
+    } catch (const std::exception&) {
+      continue;  // not ours
+    }
+  }
+  std::sort(files.begin(), files.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  return files;
+}
+
+}  // namespace
+
+CheckpointStore::CheckpointStore(std::string folder, std::size_t keep)
+    : folder_(std::move(folder)), keep_(keep) {}
+
+std::string CheckpointStore::save(const Checkpoint& checkpoint) {
+  fs::create_directories(folder_);
+  std::vector<std::byte> bytes;
+  bytes.insert(bytes.end(), reinterpret_cast<const std::byte*>(kMagic),
+               reinterpret_cast<const std::byte*>(kMagic) + 8);
+  append(bytes, checkpoint.round);
+  append(bytes, checkpoint.topologyHash);
+  append(bytes, checkpoint.node);
+  append(bytes, static_cast<std::uint32_t>(checkpoint.dtype));
+  append(bytes, checkpoint.dimension);
+  append(bytes, static_cast<std::uint32_t>(0));  // reserved
+  bytes.insert(bytes.end(), checkpoint.params.begin(), checkpoint.params.end());
+  append(bytes, wire::checksum(bytes.data(), bytes.size()));
+
+  char name[40];
+  std::snprintf(name, sizeof name, "round-%012lld.ckpt", static_cast<long long>(checkpoint.round));
+  const std::string path = folder_ + "/" + name;
+  const std::string temp = folder_ + "/." + name + ".tmp";
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  check(fd, "open " + temp);
+  try {
+    writeAll(fd, bytes, temp);
+    check(::fsync(fd), "fsync " + temp);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  check(::rename(temp.c_str(), path.c_str()), "rename " + temp);
+  fsyncPath(folder_, O_RDONLY | O_DIRECTORY);
+
+  const auto files = listRounds(folder_);
+  for (std::size_t i = keep_; i < files.size(); ++i) {
+    std::error_code ignored;
+    fs::remove(files[i].second, ignored);
+  }
+  return path;
+}
+
+CheckpointStore::Loaded CheckpointStore::loadNewest(const Checkpoint& expect) const {
+  Loaded loaded;
+  for (const auto& [round, path] : listRounds(folder_)) {
+    const auto reject = [&](const std::string& why) {
+      loaded.rejected.push_back(path.string() + ": " + why);
+    };
+    std::ifstream in(path, std::ios::binary);
+    std::vector<std::byte> bytes;
+    {
+      std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      bytes.resize(raw.size());
+      std::memcpy(bytes.data(), raw.data(), raw.size());
+    }
+    const std::size_t paramBytes = expect.dimension * wire::bytesPer(expect.dtype);
+    if (bytes.size() != kHeaderBytes + paramBytes + 4) {
+      reject("size " + std::to_string(bytes.size()) + ", expected " +
+             std::to_string(kHeaderBytes + paramBytes + 4));
+      continue;
+    }
+    if (std::memcmp(bytes.data(), kMagic, 8) != 0) {
+      reject("not a consensusd checkpoint");
+      continue;
+    }
+    const auto stored = read<std::uint32_t>(bytes, bytes.size() - 4);
+    if (wire::checksum(bytes.data(), bytes.size() - 4) != stored) {
+      reject("checksum mismatch (torn or corrupt)");
+      continue;
+    }
+    Checkpoint checkpoint;
+    checkpoint.round = read<std::int64_t>(bytes, 8);
+    checkpoint.topologyHash = read<std::uint64_t>(bytes, 16);
+    checkpoint.node = read<std::uint32_t>(bytes, 24);
+    checkpoint.dtype = static_cast<wire::Dtype>(read<std::uint32_t>(bytes, 28));
+    checkpoint.dimension = read<std::uint64_t>(bytes, 32);
+    if (checkpoint.topologyHash != expect.topologyHash || checkpoint.node != expect.node ||
+        checkpoint.dtype != expect.dtype || checkpoint.dimension != expect.dimension) {
+      reject("written for another topology, node, dtype or model");
+      continue;
+    }
+    checkpoint.params.assign(bytes.begin() + static_cast<std::ptrdiff_t>(kHeaderBytes),
+                             bytes.end() - 4);
+    loaded.checkpoint = std::move(checkpoint);
+    loaded.path = path.string();
+    return loaded;
+  }
+  return loaded;
+}
+
+}  // namespace consensusd::daemon

@@ -1,0 +1,49 @@
+#pragma once
+// Durable checkpoints (DESIGN.md §11): one file per saved round,
+// `round-<R>.ckpt`, written atomically (temp file, fsync, rename, fsync the
+// folder) with a CRC over header and parameters; the newest `keep` files are
+// kept. Loading takes the newest file that verifies and reports the others.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "wire.hpp"
+
+namespace consensusd::daemon {
+
+struct Checkpoint {
+  std::int64_t round = 0;  // the next round to run
+  std::uint64_t topologyHash = 0;
+  std::uint32_t node = 0;
+  wire::Dtype dtype = wire::Dtype::Float32;
+  std::uint64_t dimension = 0;
+  std::vector<std::byte> params;  // dimension x bytesPer(dtype)
+};
+
+class CheckpointStore {
+ public:
+  CheckpointStore(std::string folder, std::size_t keep);
+
+  // Writes and commits; returns the path. Throws std::runtime_error on I/O errors.
+  std::string save(const Checkpoint& checkpoint);
+
+  struct Loaded {
+    std::optional<Checkpoint> checkpoint;  // none: nothing valid (fresh start)
+    std::string path;
+    std::vector<std::string> rejected;  // "path: why" for newer files that failed
+  };
+  // The newest checkpoint that verifies and matches `expect` (its dimension,
+  // dtype, node and topology hash); rejected files are listed, never deleted.
+  Loaded loadNewest(const Checkpoint& expect) const;
+
+  const std::string& folder() const { return folder_; }
+
+ private:
+  std::string folder_;
+  std::size_t keep_;
+};
+
+}  // namespace consensusd::daemon

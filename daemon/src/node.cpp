@@ -1,0 +1,719 @@
+#include "node.hpp"
+
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <thread>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "checkpoint.hpp"
+#include "consensusd/config/params.hpp"
+#include "consensusd/consensus/round_engine.hpp"
+#include "consensusd/consensus/straggler.hpp"
+#include "consensusd/data/partition.hpp"
+#include "consensusd/version.hpp"
+#include "wire.hpp"
+
+namespace consensusd::daemon {
+namespace {
+
+using consensus::Duration;
+using consensus::Time;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kHistory = 200;  // round records kept for `history`
+
+consensus::StragglerSpec stragglerSpec(const config::NodeConfig& c) {
+  const auto ms = [](double value) {
+    return std::chrono::duration_cast<Duration>(std::chrono::duration<double, std::milli>(value));
+  };
+  consensus::StragglerSpec spec;
+  spec.kind = *consensus::parseStragglerKind(c.straggler.kind);
+  spec.delay = ms(c.straggler.delayMs);
+  spec.mean = ms(c.straggler.meanMs);
+  spec.paretoShape = c.straggler.paretoShape;
+  spec.slowProbability = c.straggler.slowProbability;
+  spec.slowFactor = c.straggler.slowFactor;
+  spec.baseCompute = ms(c.straggler.baseComputeMs);
+  spec.fromRound = c.straggler.fromRound;
+  spec.toRound = c.straggler.toRound;
+  spec.seed = static_cast<std::uint64_t>(c.straggler.seed);
+  return spec;
+}
+
+void notify(int fd) {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
+}
+
+void drainFd(int fd) {
+  std::uint64_t value = 0;
+  [[maybe_unused]] const ssize_t n = ::read(fd, &value, sizeof value);
+}
+
+// Gradients (and test evaluations) on their own thread, one job at a time,
+// so computing overlaps the wait for neighbours (DESIGN.md §2 step 2).
+template <class Scalar>
+class ComputeWorker {
+ public:
+  using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
+  struct Job {
+    std::int64_t round = 0;
+    Vector params;
+    bool evaluate = false;
+  };
+  struct Result {
+    std::int64_t round = 0;
+    Vector gradient;
+    double loss = 0;
+    data::GradientStats stats;
+    std::optional<data::Evaluation> evaluation;
+  };
+
+  ComputeWorker(const data::TrainTest& data, data::Dataset share, data::ModelOptions model,
+                std::size_t batchSize, std::uint64_t seed, consensus::StragglerSpec straggler)
+      : data_(data),
+        share_(std::move(share)),
+        model_(std::move(model)),
+        sampler_(share_.size(), batchSize, seed),
+        straggler_(straggler),
+        readyFd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+        thread_([this] { loop(); }) {}
+
+  ~ComputeWorker() {
+    {
+      const std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+    ::close(readyFd_);
+  }
+  ComputeWorker(const ComputeWorker&) = delete;
+  ComputeWorker& operator=(const ComputeWorker&) = delete;
+
+  int readyFd() const { return readyFd_; }
+  std::size_t dimension() const { return model_.dimension(); }
+  Vector initialParams(std::uint64_t seed) const {
+    Vector params(static_cast<Eigen::Index>(model_.dimension()));
+    model_.initialize(params, seed);
+    return params;
+  }
+
+  void submit(std::int64_t round, const Vector& params, bool evaluate) {
+    {
+      const std::lock_guard lock(mutex_);
+      job_.emplace();
+      job_->round = round;
+      job_->params = params;
+      job_->evaluate = evaluate;
+    }
+    wake_.notify_all();
+  }
+
+  std::optional<Result> take() {
+    drainFd(readyFd_);
+    const std::lock_guard lock(mutex_);
+    std::optional<Result> out;
+    out.swap(result_);
+    return out;
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [this] { return stopping_ || job_.has_value(); });
+      if (stopping_) return;
+      Job job = std::move(*job_);
+      job_.reset();
+      lock.unlock();
+
+      const Clock::time_point start = Clock::now();
+      Result result;
+      result.round = job.round;
+      result.gradient.resize(job.params.size());
+      data::gather(share_, sampler_.next(), batch_);
+      result.loss = static_cast<double>(
+          model_.lossAndGradient(job.params, batch_, result.gradient, &result.stats));
+      if (job.evaluate) result.evaluation = model_.evaluate(job.params, data_.test);
+      const Duration delay = straggler_.extraDelay(job.round, Clock::now() - start);
+
+      lock.lock();
+      // The emulated straggler sleeps here, interruptibly (stop must stay prompt).
+      if (delay > Duration::zero() && wake_.wait_for(lock, delay, [this] { return stopping_; }))
+        return;
+      result_ = std::move(result);
+      notify(readyFd_);
+    }
+  }
+
+  const data::TrainTest& data_;
+  data::Dataset share_;
+  data::Model<Scalar> model_;
+  data::MinibatchSampler sampler_;
+  data::Batch<Scalar> batch_;
+  consensus::Straggler straggler_;
+  int readyFd_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::optional<Job> job_;
+  std::optional<Result> result_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+template <class Scalar>
+class Runner {
+ public:
+  using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
+
+  Runner(const config::LoadedConfig& loaded, StatusBoard& board, int signalFd, int wakeFd)
+      : loaded_(loaded),
+        cfg_(loaded.config),
+        topology_(loaded.topology),
+        self_(loaded.nodeIndex),
+        board_(board),
+        signalFd_(signalFd),
+        wakeFd_(wakeFd),
+        started_(Clock::now()),
+        checkpoints_(cfg_.checkpoint.dir, static_cast<std::size_t>(cfg_.checkpoint.keep)) {}
+
+  int run() {
+    loadData();
+    openSockets();
+    resume();
+    spdlog::info(
+        "node {} of {} ({} nodes, degree {}), {} parameters ({}), policy {}, starting at round {}",
+        cfg_.node.id, topology_.name(), topology_.size(), topology_.inNeighbors(self_).size(),
+        dimension_, cfg_.model.dtype, cfg_.consensus.policy, engine_->round());
+    loop();
+    shutdown();
+    return 0;
+  }
+
+ private:
+  Time now() const { return std::chrono::duration_cast<Time>(Clock::now() - started_); }
+
+  void loadData() {
+    data_ = data::load(config::dataSource(cfg_));
+    const auto parts =
+        data::partition(data_.train, config::partitionOptions(cfg_, topology_.size()));
+    data::Dataset share = data::subset(data_.train, parts[self_]);
+    histogram_ = data::classHistogram(data_.train, parts[self_]);
+    spdlog::info("{}; this node holds {} training samples", data_.description, share.size());
+    worker_ = std::make_unique<ComputeWorker<Scalar>>(
+        data_, std::move(share), config::modelOptions(cfg_, data_.train),
+        static_cast<std::size_t>(cfg_.train.batchSize),
+        static_cast<std::uint64_t>(cfg_.data.seed) * 7919u + self_, stragglerSpec(cfg_));
+    dimension_ = worker_->dimension();
+    expect_ = {topology_.hash(), dimension_, dtype()};
+  }
+
+  static wire::Dtype dtype() {
+    return sizeof(Scalar) == 8 ? wire::Dtype::Float64 : wire::Dtype::Float32;
+  }
+
+  void openSockets() {
+    const int maxMessage =
+        static_cast<int>(std::min<std::size_t>(dimension_ * sizeof(Scalar) + 4096, INT32_MAX));
+    router_ = zmq::socket_t(context_, zmq::socket_type::router);
+    router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(maxMessage));
+    router_.set(zmq::sockopt::rcvhwm, 64);
+    router_.set(zmq::sockopt::router_handover, 1);
+    router_.set(zmq::sockopt::linger, 0);
+    router_.set(zmq::sockopt::heartbeat_ivl, 1000);
+    router_.set(zmq::sockopt::heartbeat_timeout, 5000);
+    try {
+      router_.bind(topology_.node(self_).endpoint);
+    } catch (const zmq::error_t& e) {
+      throw std::runtime_error("cannot bind " + topology_.node(self_).endpoint + ": " + e.what());
+    }
+    for (const topology::Neighbor& out : topology_.outNeighbors(self_)) {
+      zmq::socket_t dealer(context_, zmq::socket_type::dealer);
+      dealer.set(zmq::sockopt::routing_id, cfg_.node.id);
+      dealer.set(zmq::sockopt::sndhwm, 8);
+      dealer.set(zmq::sockopt::immediate, 1);
+      dealer.set(zmq::sockopt::linger, 200);
+      dealer.set(zmq::sockopt::heartbeat_ivl, 1000);
+      dealer.set(zmq::sockopt::heartbeat_timeout, 5000);
+      dealer.set(zmq::sockopt::reconnect_ivl, 100);
+      dealer.set(zmq::sockopt::reconnect_ivl_max, 2000);
+      dealer.connect(topology_.node(out.index).endpoint);
+      dealers_.emplace(out.index, std::move(dealer));
+    }
+    for (const topology::Neighbor& in : topology_.inNeighbors(self_)) {
+      peerIndex_[topology_.node(in.index).id] = in.index;
+      peerRejects_[in.index] = 0;
+    }
+  }
+
+  void resume() {
+    Checkpoint expect;
+    expect.topologyHash = topology_.hash();
+    expect.node = static_cast<std::uint32_t>(self_);
+    expect.dtype = dtype();
+    expect.dimension = dimension_;
+    const CheckpointStore::Loaded loaded = checkpoints_.loadNewest(expect);
+    for (const std::string& why : loaded.rejected) spdlog::warn("checkpoint rejected: {}", why);
+    Vector params = worker_->initialParams(static_cast<std::uint64_t>(cfg_.model.initSeed));
+    std::int64_t firstRound = 0;
+    if (loaded.checkpoint) {
+      std::memcpy(params.data(), loaded.checkpoint->params.data(),
+                  loaded.checkpoint->params.size());
+      firstRound = loaded.checkpoint->round;
+      lastCheckpoint_ = firstRound;
+      spdlog::info("resumed from {} (round {})", loaded.path, firstRound);
+    }
+    engine_ = std::make_unique<consensus::RoundEngine<Scalar>>(
+        topology_, self_, config::engineOptions(cfg_), config::schedule(cfg_), cfg_.train.momentum,
+        std::move(params), now(), firstRound);
+  }
+
+  // One buffer per round, shared by every neighbour's send (zero-copy): each
+  // message holds a reference, the last send to complete frees it.
+  void publish(std::int64_t round, const Vector& params) {
+    lastPayload_ =
+        std::make_shared<std::vector<Scalar>>(params.data(), params.data() + params.size());
+    wire::Header header;
+    header.kind = wire::Kind::Estimate;
+    header.dtype = dtype();
+    header.sender = static_cast<std::uint32_t>(self_);
+    header.round = round;
+    header.dimension = dimension_;
+    header.topologyHash = topology_.hash();
+    header.payloadBytes = dimension_ * sizeof(Scalar);
+    header.checksum = wire::checksum(lastPayload_->data(), header.payloadBytes);
+    header.sentNs = now().count();
+    lastHeader_ = wire::encode(header);
+    for (auto& [node, dealer] : dealers_) sendEstimate(dealer);
+  }
+
+  void sendEstimate(zmq::socket_t& dealer) {
+    if (!lastPayload_) return;
+    auto* hint = new std::shared_ptr<std::vector<Scalar>>(lastPayload_);
+    zmq::message_t payload((*hint)->data(), (*hint)->size() * sizeof(Scalar),
+                           [](void* /*data*/, void* h) {
+                             delete static_cast<std::shared_ptr<std::vector<Scalar>>*>(h);
+                           },
+                           hint);
+    if (!dealer.send(zmq::buffer(lastHeader_),
+                     zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      ++sendDrops_;  // queue full or peer not connected: the round goes on
+      return;
+    }
+    dealer.send(payload, zmq::send_flags::dontwait);
+  }
+
+  // A neighbour heard for the first time, or again after a silence: it may
+  // have missed our estimate (not yet connected, restarted), so send it again.
+  void welcome(std::size_t peer, Time t) {
+    const auto heard = lastHeard_.find(peer);
+    const bool returning =
+        heard == lastHeard_.end() || t - heard->second > config::engineOptions(cfg_).peerTimeout;
+    lastHeard_[peer] = t;
+    if (!returning) return;
+    if (heard != lastHeard_.end()) spdlog::info("{} is back", topology_.node(peer).id);
+    if (const auto dealer = dealers_.find(peer); dealer != dealers_.end())
+      sendEstimate(dealer->second);
+  }
+
+  void sendControl(wire::Kind kind, std::int64_t round = 0, std::uint64_t flags = 0,
+                   std::optional<std::size_t> only = {}) {
+    wire::Header header;
+    header.kind = kind;
+    header.dtype = dtype();
+    header.sender = static_cast<std::uint32_t>(self_);
+    header.round = round;
+    header.dimension = dimension_;
+    header.topologyHash = topology_.hash();
+    header.flags = flags;
+    header.sentNs = now().count();
+    const auto bytes = wire::encode(header);
+    for (auto& [node, dealer] : dealers_) {
+      if (only && *only != node) continue;
+      if (dealer.send(zmq::buffer(bytes), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        dealer.send(zmq::message_t(), zmq::send_flags::dontwait);
+      }
+    }
+  }
+
+  void reject(std::optional<std::size_t> peer, wire::Reject reason,
+              const std::string& detail = {}) {
+    ++rejects_[wire::toString(reason)];
+    if (peer) ++peerRejects_[*peer];
+    const std::string key =
+        (peer ? topology_.node(*peer).id : std::string("?")) + "/" + wire::toString(reason);
+    if (loggedRejects_.insert(key).second) {
+      spdlog::warn("dropping messages from {}: {}{}",
+                   peer ? topology_.node(*peer).id : std::string("an unknown peer"),
+                   wire::toString(reason), detail.empty() ? "" : " (" + detail + ")");
+    }
+  }
+
+  void receive() {
+    std::vector<zmq::message_t> frames;
+    for (int budget = 0; budget < 256; ++budget) {
+      frames.clear();
+      const auto got =
+          zmq::recv_multipart(router_, std::back_inserter(frames), zmq::recv_flags::dontwait);
+      if (!got) return;
+      const auto identity = frames[0].to_string();
+      const auto peer = peerIndex_.find(identity);
+      const std::optional<std::size_t> from =
+          peer == peerIndex_.end() ? std::nullopt : std::optional(peer->second);
+      if (!from) {
+        reject(std::nullopt, wire::Reject::NotNeighbor,
+               "identity '" + identity.substr(0, 64) + "'");
+        continue;
+      }
+      if (frames.size() != 3) {
+        reject(from, wire::Reject::Frames);
+        continue;
+      }
+      const std::span header(static_cast<const std::byte*>(frames[1].data()), frames[1].size());
+      const std::span payload(static_cast<const std::byte*>(frames[2].data()), frames[2].size());
+      const auto decoded = wire::decodeHeader(header);
+      if (const auto* why = std::get_if<wire::Reject>(&decoded)) {
+        reject(from, *why);
+        continue;
+      }
+      const wire::Header& h = std::get<wire::Header>(decoded);
+      if (h.sender != *from) {
+        reject(from, wire::Reject::Sender, "header claims node " + std::to_string(h.sender));
+        continue;
+      }
+      if (const auto why = wire::validate(h, payload, expect_)) {
+        reject(from, *why,
+               *why == wire::Reject::Topology ? "their topology hash differs from ours" : "");
+        continue;
+      }
+      welcome(*from, now());
+      switch (h.kind) {
+        case wire::Kind::Estimate: {
+          const Scalar* values = reinterpret_cast<const Scalar*>(payload.data());
+          if (reinterpret_cast<std::uintptr_t>(values) % alignof(Scalar) != 0) {
+            aligned_.resize(static_cast<Eigen::Index>(dimension_));
+            std::memcpy(aligned_.data(), payload.data(), payload.size());
+            values = aligned_.data();
+          }
+          const consensus::Receipt receipt = engine_->onEstimate(*from, h.round, values, now());
+          if (receipt == consensus::Receipt::Stale) ++rejects_["stale"];
+          if (receipt == consensus::Receipt::Duplicate) ++rejects_["duplicate"];
+          break;
+        }
+        case wire::Kind::Decision:
+          engine_->onDecision(*from, h.round, h.flags == 1, now());
+          break;
+        case wire::Kind::Hello:
+        case wire::Kind::Bye:
+          // A keep-alive: the engine hears from the peer without an estimate.
+          engine_->onKeepAlive(*from, now());
+          if (h.kind == wire::Kind::Bye) spdlog::info("{} said goodbye", topology_.node(*from).id);
+          break;
+      }
+    }
+  }
+
+  void handleCommands() {
+    for (Command& command : board_.drain()) {
+      nlohmann::json answer = {{"ok", true}};
+      if (command.name == "stop") {
+        stopping_ = true;
+      } else if (command.name == "pause") {
+        paused_ = true;
+      } else if (command.name == "resume") {
+        paused_ = false;
+      } else if (command.name == "checkpoint") {
+        answer["path"] = saveCheckpoint();
+        answer["round"] = engine_->round();
+      } else if (command.name == "set-policy") {
+        answer = setPolicy(command.args);
+      } else {
+        answer = {{"ok", false}, {"error", "unknown command"}};
+      }
+      if (command.reply) command.reply(answer);
+    }
+  }
+
+  nlohmann::json setPolicy(const nlohmann::json& args) {
+    std::vector<std::string> overrides;
+    for (const char* key : {"policy", "backups", "timeout_ms", "quantile"}) {
+      if (!args.contains(key)) continue;
+      const auto& value = args[key];
+      overrides.push_back(std::string("consensus.") + key + "=" +
+                          (value.is_string() ? value.get<std::string>() : value.dump()));
+    }
+    try {
+      config::NodeConfig updated =
+          config::readConfig(config::toYaml(cfg_), "<running config>", overrides);
+      engine_->setPolicy(config::policySpec(updated));
+      cfg_.consensus = updated.consensus;
+      spdlog::info("policy changed to {} (from the next round)", cfg_.consensus.policy);
+      return {{"ok", true}, {"policy", cfg_.consensus.policy}};
+    } catch (const schema::InputError& e) {
+      return {{"ok", false}, {"error", e.what()}};
+    }
+  }
+
+  std::string saveCheckpoint() {
+    Checkpoint checkpoint;
+    checkpoint.round = engine_->round();
+    checkpoint.topologyHash = topology_.hash();
+    checkpoint.node = static_cast<std::uint32_t>(self_);
+    checkpoint.dtype = dtype();
+    checkpoint.dimension = dimension_;
+    const auto* bytes = reinterpret_cast<const std::byte*>(engine_->params().data());
+    checkpoint.params.assign(bytes, bytes + dimension_ * sizeof(Scalar));
+    const std::string path = checkpoints_.save(checkpoint);
+    lastCheckpoint_ = checkpoint.round;
+    spdlog::info("checkpoint {} (round {})", path, checkpoint.round);
+    return path;
+  }
+
+  void onRecord(const consensus::RoundRecord& record) {
+    ++finishedRounds_;
+    lossEwma_ = finishedRounds_ == 1 ? record.loss : lossEwma_ + 0.05 * (record.loss - lossEwma_);
+    lastRecord_ = record;
+    nlohmann::json line = {
+        {"t", std::chrono::duration<double>(record.end).count()},
+        {"round", record.round},
+        {"next", record.nextRound},
+        {"loss", record.loss},
+        {"target", record.target},
+        {"responders", record.responders.size()},
+        {"live", record.live},
+        {"duration_ms",
+         std::chrono::duration<double, std::milli>(record.end - record.start).count()},
+        {"compute_ms", std::chrono::duration<double, std::milli>(record.compute).count()},
+        {"blocked_ms", std::chrono::duration<double, std::milli>(record.blocked).count()},
+        {"distance", record.consensusDistance},
+        {"skipped", record.skipped}};
+    if (pendingEvaluation_ && pendingEvaluation_->first == record.round) {
+      accuracy_ = pendingEvaluation_->second.accuracy;
+      testLoss_ = pendingEvaluation_->second.loss;
+      line["accuracy"] = accuracy_;
+      line["test_loss"] = testLoss_;
+      pendingEvaluation_.reset();
+    }
+    if (metrics_) *metrics_ << line.dump() << '\n';
+    history_.push_back(std::move(line));
+    while (history_.size() > kHistory) history_.pop_front();
+
+    const std::int64_t every = cfg_.checkpoint.everyRounds;
+    if (every > 0 && record.nextRound / every != record.round / every) saveCheckpoint();
+    if (cfg_.train.rounds > 0 && engine_->round() >= cfg_.train.rounds) {
+      spdlog::info("reached train.rounds = {}", cfg_.train.rounds);
+      stopping_ = true;
+    }
+    if (cfg_.train.untilAccuracy > 0 && accuracy_ >= cfg_.train.untilAccuracy) {
+      spdlog::info("reached train.until_accuracy = {}", cfg_.train.untilAccuracy);
+      stopping_ = true;
+    }
+  }
+
+  void publishStatus() {
+    auto status = std::make_shared<StatusSnapshot>();
+    const Time t = now();
+    status->node = cfg_.node.id;
+    status->version = kVersion;
+    status->round = engine_->round();
+    status->phase = paused_                                                           ? "paused"
+                    : engine_->phase() == consensus::RoundEngine<Scalar>::Phase::Idle ? "idle"
+                                                                                      : "waiting";
+    status->policy = cfg_.consensus.policy;
+    status->target = engine_->decision().count;
+    status->degree = engine_->degree();
+    status->responders = lastRecord_ ? lastRecord_->responders.size() : 0;
+    status->loss = lossEwma_;
+    status->accuracy = accuracy_;
+    status->testLoss = testLoss_;
+    status->consensusDistance = lastRecord_ ? lastRecord_->consensusDistance : 0;
+    status->uptimeS = std::chrono::duration<double>(Clock::now() - started_).count();
+    status->roundsPerSecond = rate_;
+    status->lastCheckpointRound = lastCheckpoint_;
+    status->paused = paused_;
+    for (std::size_t s = 0; s < engine_->degree(); ++s) {
+      NeighborStatus n;
+      const std::size_t node = engine_->nodeOfSlot(s);
+      n.id = topology_.node(node).id;
+      const bool suspect = engine_->suspect(s, t);
+      status->suspects += suspect ? 1 : 0;
+      n.lastRound = engine_->newestRound(s);
+      n.state = suspect ? "suspect" : n.lastRound >= engine_->round() - 1 ? "fresh" : "late";
+      n.medianArrivalMs =
+          std::chrono::duration<double, std::milli>(engine_->arrivals().medianOffset(s)).count();
+      const auto& c = engine_->counters(s);
+      n.onTime = c.onTime;
+      n.late = c.late;
+      n.stale = c.stale;
+      n.duplicate = c.duplicate;
+      n.mixed = c.mixed;
+      n.rejected = peerRejects_[node];
+      status->neighbors.push_back(n);
+    }
+    status->rejects = rejects_;
+    if (sendDrops_ > 0) status->rejects["send_dropped"] = sendDrops_;
+    status->history = history_;
+    status->configYaml = config::toYaml(cfg_);
+    board_.publish(std::move(status));
+  }
+
+  void loop() {
+    if (!cfg_.log.metricsFile.empty()) {
+      metrics_ = std::make_unique<std::ofstream>(cfg_.log.metricsFile, std::ios::app);
+    }
+    const Duration helloEvery =
+        std::chrono::duration_cast<Duration>(config::engineOptions(cfg_).peerTimeout / 3);
+    const Duration progressEvery = std::chrono::duration_cast<Duration>(
+        std::chrono::duration<double>(cfg_.log.progressEveryS));
+    Time nextHello{};
+    Time nextProgress = now() + progressEvery;
+    std::int64_t roundsAtProgress = engine_->round();
+    Time lastProgress = now();
+    publishStatus();
+
+    while (!stopping_) {
+      Time t = now();
+      if (t >= nextHello) {
+        sendControl(wire::Kind::Hello);
+        nextHello = t + helloEvery;
+      }
+      if (auto result = worker_->take()) {
+        engine_->onGradient(result->round, result->gradient, result->loss, result->stats, t);
+        if (result->evaluation) pendingEvaluation_ = {result->round, *result->evaluation};
+      }
+      handleCommands();
+      if (stopping_) break;
+      if (auto record = engine_->tryFinish(t)) {
+        onRecord(*record);
+        for (const consensus::Decision& d : engine_->takeDecisions()) {
+          sendControl(wire::Kind::Decision, d.round, d.used ? 1 : 0, d.node);
+        }
+        publishStatus();
+        continue;
+      }
+      for (const consensus::Decision& d : engine_->takeDecisions()) {
+        sendControl(wire::Kind::Decision, d.round, d.used ? 1 : 0, d.node);
+      }
+      if (!paused_) {
+        if (auto start = engine_->tryStart(t)) {
+          publish(start->round, *start->params);
+          const std::int64_t every = cfg_.train.evalEveryRounds;
+          worker_->submit(start->round, *start->params, every > 0 && start->round % every == 0);
+        }
+      }
+      if (t >= nextProgress) {
+        rate_ = static_cast<double>(engine_->round() - roundsAtProgress) /
+                std::max(1e-9, std::chrono::duration<double>(t - lastProgress).count());
+        spdlog::info("round {}  loss {:.4f}  test acc {}  m {}/{}  {:.1f} rounds/s",
+                     engine_->round(), lossEwma_,
+                     accuracy_ < 0 ? std::string("-") : fmt::format("{:.4f}", accuracy_),
+                     engine_->decision().count, engine_->degree(), rate_);
+        roundsAtProgress = engine_->round();
+        lastProgress = t;
+        nextProgress = t + progressEvery;
+        publishStatus();
+      }
+      if (cfg_.train.maxTimeS > 0 &&
+          std::chrono::duration<double>(Clock::now() - started_).count() >= cfg_.train.maxTimeS) {
+        spdlog::info("reached train.max_time_s = {}", cfg_.train.maxTimeS);
+        break;
+      }
+
+      Time wake = std::min(nextHello, nextProgress);
+      if (auto next = engine_->nextWakeup(t)) wake = std::min(wake, *next);
+      const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+          wake - now() + std::chrono::microseconds(999));
+      zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
+                                 {nullptr, worker_->readyFd(), ZMQ_POLLIN, 0},
+                                 {nullptr, signalFd_, ZMQ_POLLIN, 0},
+                                 {nullptr, wakeFd_, ZMQ_POLLIN, 0}};
+      zmq::poll(items, 4, std::max(timeout, std::chrono::milliseconds(0)));
+      if (items[0].revents & ZMQ_POLLIN) receive();
+      if (items[2].revents & ZMQ_POLLIN) {
+        signalfd_siginfo info{};
+        [[maybe_unused]] const ssize_t n = ::read(signalFd_, &info, sizeof info);
+        spdlog::info("signal {}: stopping", strsignal(static_cast<int>(info.ssi_signo)));
+        stopping_ = true;
+      }
+      if (items[3].revents & ZMQ_POLLIN) drainFd(wakeFd_);
+    }
+  }
+
+  void shutdown() {
+    try {
+      saveCheckpoint();
+    } catch (const std::exception& e) {
+      spdlog::error("final checkpoint failed: {}", e.what());
+    }
+    sendControl(wire::Kind::Bye);
+    publishStatus();
+    worker_.reset();
+    dealers_.clear();
+    router_.close();
+    spdlog::info("stopped at round {}", engine_->round());
+  }
+
+  const config::LoadedConfig& loaded_;
+  config::NodeConfig cfg_;
+  const topology::Topology& topology_;
+  std::size_t self_;
+  StatusBoard& board_;
+  int signalFd_;
+  int wakeFd_;
+  Clock::time_point started_;
+  CheckpointStore checkpoints_;
+
+  data::TrainTest data_;
+  std::vector<std::size_t> histogram_;
+  std::unique_ptr<ComputeWorker<Scalar>> worker_;
+  std::size_t dimension_ = 0;
+  wire::Expectation expect_{};
+  std::unique_ptr<consensus::RoundEngine<Scalar>> engine_;
+
+  zmq::context_t context_{1};
+  zmq::socket_t router_;
+  std::map<std::size_t, zmq::socket_t> dealers_;
+  std::map<std::string, std::size_t> peerIndex_;
+  std::map<std::size_t, Time> lastHeard_;
+  std::shared_ptr<std::vector<Scalar>> lastPayload_;
+  std::array<std::byte, wire::kHeaderSize> lastHeader_{};
+  Vector aligned_;
+
+  std::map<std::string, std::uint64_t> rejects_;
+  std::map<std::size_t, std::uint64_t> peerRejects_;
+  std::set<std::string> loggedRejects_;
+  std::uint64_t sendDrops_ = 0;
+  bool stopping_ = false;
+  bool paused_ = false;
+  std::optional<std::pair<std::int64_t, data::Evaluation>> pendingEvaluation_;
+  std::optional<consensus::RoundRecord> lastRecord_;
+  std::int64_t finishedRounds_ = 0;
+  double lossEwma_ = 0;
+  double accuracy_ = -1;
+  double testLoss_ = -1;
+  double rate_ = 0;
+  std::int64_t lastCheckpoint_ = -1;
+  std::deque<nlohmann::json> history_;
+  std::unique_ptr<std::ofstream> metrics_;
+};
+
+}  // namespace
+
+int runNode(const config::LoadedConfig& loaded, StatusBoard& board, int signalFd, int wakeFd) {
+  if (loaded.config.model.dtype == "float64")
+    return Runner<double>(loaded, board, signalFd, wakeFd).run();
+  return Runner<float>(loaded, board, signalFd, wakeFd).run();
+}
+
+}  // namespace consensusd::daemon

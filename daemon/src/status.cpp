@@ -1,0 +1,67 @@
+#include "status.hpp"
+
+namespace consensusd::daemon {
+
+nlohmann::json neighborsJson(const StatusSnapshot& status) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const NeighborStatus& n : status.neighbors) {
+    list.push_back({{"id", n.id},
+                    {"state", n.state},
+                    {"last_round", n.lastRound},
+                    {"median_arrival_ms", n.medianArrivalMs},
+                    {"on_time", n.onTime},
+                    {"late", n.late},
+                    {"stale", n.stale},
+                    {"duplicate", n.duplicate},
+                    {"rejected", n.rejected},
+                    {"mixed", n.mixed}});
+  }
+  return list;
+}
+
+nlohmann::json toJson(const StatusSnapshot& status) {
+  return {{"node", status.node},
+          {"version", status.version},
+          {"round", status.round},
+          {"phase", status.phase},
+          {"policy", status.policy},
+          {"target", status.target},
+          {"backups", status.degree - std::min(status.target, status.degree)},
+          {"degree", status.degree},
+          {"responders", status.responders},
+          {"suspects", status.suspects},
+          {"loss", status.loss},
+          {"accuracy", status.accuracy},
+          {"test_loss", status.testLoss},
+          {"consensus_distance", status.consensusDistance},
+          {"rounds_per_s", status.roundsPerSecond},
+          {"last_checkpoint_round", status.lastCheckpointRound},
+          {"uptime_s", status.uptimeS},
+          {"paused", status.paused},
+          {"rejects", status.rejects},
+          {"neighbors", neighborsJson(status)}};
+}
+
+void StatusBoard::publish(std::shared_ptr<const StatusSnapshot> snapshot) {
+  const std::lock_guard lock(mutex_);
+  snapshot_ = std::move(snapshot);
+}
+
+std::shared_ptr<const StatusSnapshot> StatusBoard::current() const {
+  const std::lock_guard lock(mutex_);
+  return snapshot_;
+}
+
+void StatusBoard::submit(Command command) {
+  const std::lock_guard lock(mutex_);
+  commands_.push_back(std::move(command));
+}
+
+std::vector<Command> StatusBoard::drain() {
+  const std::lock_guard lock(mutex_);
+  std::vector<Command> out;
+  out.swap(commands_);
+  return out;
+}
+
+}  // namespace consensusd::daemon

@@ -1,0 +1,80 @@
+#pragma once
+// What the engine thread publishes for the status server: an immutable
+// snapshot, replaced after every round (readers keep the one they hold), and
+// the commands that flow back to the engine.
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace consensusd::daemon {
+
+struct NeighborStatus {
+  std::string id;
+  std::string state;  // "fresh", "late", "suspect"
+  std::int64_t lastRound = -1;
+  double medianArrivalMs = 0;
+  std::uint64_t onTime = 0;
+  std::uint64_t late = 0;
+  std::uint64_t stale = 0;
+  std::uint64_t duplicate = 0;
+  std::uint64_t rejected = 0;
+  std::uint64_t mixed = 0;
+};
+
+struct StatusSnapshot {
+  std::string node;
+  std::string version;
+  std::int64_t round = 0;
+  std::string phase;
+  std::string policy;
+  std::size_t target = 0;  // m
+  std::size_t degree = 0;
+  std::size_t responders = 0;
+  std::size_t suspects = 0;
+  double loss = 0;       // EWMA of minibatch losses
+  double accuracy = -1;  // last test evaluation; -1 before the first
+  double testLoss = -1;
+  double consensusDistance = 0;
+  double roundsPerSecond = 0;
+  std::int64_t lastCheckpointRound = -1;
+  double uptimeS = 0;
+  bool paused = false;
+  std::vector<NeighborStatus> neighbors;
+  std::map<std::string, std::uint64_t> rejects;  // by reason
+  std::deque<nlohmann::json> history;            // recent round records
+  std::string configYaml;                        // the effective config
+};
+
+nlohmann::json toJson(const StatusSnapshot& status);
+nlohmann::json neighborsJson(const StatusSnapshot& status);
+
+// A request for the engine thread; `reply` is called there with the answer.
+struct Command {
+  std::string name;  // set-policy, checkpoint, pause, resume, stop
+  nlohmann::json args;
+  std::function<void(nlohmann::json)> reply;
+};
+
+// Thread-safe hand-over between the status thread and the engine thread.
+class StatusBoard {
+ public:
+  void publish(std::shared_ptr<const StatusSnapshot> snapshot);
+  std::shared_ptr<const StatusSnapshot> current() const;
+  void submit(Command command);
+  std::vector<Command> drain();
+
+ private:
+  mutable std::mutex mutex_;
+  std::shared_ptr<const StatusSnapshot> snapshot_;
+  std::vector<Command> commands_;
+};
+
+}  // namespace consensusd::daemon

@@ -1,0 +1,38 @@
+#pragma once
+// The status socket (DESIGN.md §7): a Unix stream socket speaking
+// line-delimited JSON, served by Boost.Asio on its own thread. Reads come
+// from the StatusBoard's snapshot; mutating commands (set-policy,
+// checkpoint, pause, resume, stop) are accepted only from the daemon's own
+// uid (SO_PEERCRED) and answered by the engine thread. Requests are bounded
+// (64 KiB) and idle connections closed after 30 s; a bad request gets a JSON
+// error, never a crash.
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "status.hpp"
+
+namespace consensusd::daemon {
+
+class StatusServer {
+ public:
+  // Binds `path` (replacing a stale socket file) with mode 0660; `wakeFd` is
+  // written after a command is submitted. Throws std::runtime_error on failure.
+  StatusServer(std::string path, StatusBoard& board, int wakeFd);
+  ~StatusServer();  // stops the thread, removes the socket file
+  StatusServer(const StatusServer&) = delete;
+  StatusServer& operator=(const StatusServer&) = delete;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// One request line (exposed for tests and fuzzing). Returns the answer for
+// reads and errors; for an allowed mutating command returns none and fills
+// `command` (name, args) for the engine. `trusted`: the peer is our uid.
+std::optional<nlohmann::json> answerRequest(const std::string& line, const StatusSnapshot* snapshot,
+                                            bool trusted, Command& command);
+
+}  // namespace consensusd::daemon

@@ -1,0 +1,78 @@
+#pragma once
+// The wire format (DESIGN.md §6, docs/protocol.md): every message is a fixed
+// 64-byte little-endian header frame plus a payload frame. decode() checks
+// everything that can be checked without the round state; the engine then
+// drops stale and duplicate estimates. A reject is a value, never an
+// exception: malformed traffic is counted, never averaged.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+
+namespace consensusd::wire {
+
+inline constexpr std::uint32_t kMagic = 0x4453434e;  // "NCSD" on the wire
+inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::size_t kHeaderSize = 64;
+
+enum class Kind : std::uint8_t { Hello = 1, Estimate = 2, Decision = 3, Bye = 4 };
+enum class Dtype : std::uint8_t { Float32 = 1, Float64 = 2 };
+
+std::size_t bytesPer(Dtype dtype);
+
+struct Header {
+  Kind kind = Kind::Estimate;
+  Dtype dtype = Dtype::Float32;
+  std::uint32_t sender = 0;    // topology index
+  std::uint32_t checksum = 0;  // CRC-32 (zlib) of the payload
+  std::int64_t round = 0;
+  std::uint64_t dimension = 0;
+  std::uint64_t topologyHash = 0;
+  std::int64_t sentNs = 0;  // sender's clock, informational
+  std::uint64_t payloadBytes = 0;
+  std::uint64_t flags = 0;  // Decision: 1 = used
+};
+
+std::array<std::byte, kHeaderSize> encode(const Header& header);
+std::uint32_t checksum(const void* data, std::size_t bytes);
+
+// Why a message was dropped. Names appear in logs, status and metrics.
+enum class Reject {
+  Frames,  // not exactly header + payload
+  Size,    // header frame not 64 bytes
+  Magic,
+  Version,
+  Kind,
+  Sender,  // header sender disagrees with the connection's identity
+  NotNeighbor,
+  Topology,  // another topology hash
+  Dtype,
+  Dimension,
+  Length,  // payload size disagrees with dimension x dtype
+  Checksum,
+  NonFinite,
+  Stale,
+  Duplicate,
+};
+inline constexpr std::size_t kRejectKinds = 15;
+const char* toString(Reject reason);
+
+struct Expectation {
+  std::uint64_t topologyHash;
+  std::uint64_t dimension;
+  Dtype dtype;
+};
+
+// Header frame -> Header, or why not (magic, version, kind, size).
+std::variant<Header, Reject> decodeHeader(std::span<const std::byte> frame);
+
+// Full check of an Estimate/Hello against what this node expects; for an
+// Estimate also the payload's length, checksum and finiteness.
+std::optional<Reject> validate(const Header& header, std::span<const std::byte> payload,
+                               const Expectation& expect);
+
+}  // namespace consensusd::wire
