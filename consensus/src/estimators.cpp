@@ -8,8 +8,7 @@ namespace {
 
 Duration quantileOf(std::vector<Duration> values, double q) {
   if (values.empty()) return Duration::zero();
-  const auto at = static_cast<std::size_t>(
-      std::clamp(q, 0.0, 1.0) * static_cast<double>(values.size() - 1) + 0.5);
+  const auto at = static_cast<std::size_t>(std::lround(std::clamp(q, 0.0, 1.0) * static_cast<double>(values.size() - 1)));
   std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(at), values.end());
   return values[at];
 }
@@ -48,6 +47,7 @@ std::vector<Duration> ArrivalHistory::expectedRoundTimes(
     }
   }
   std::vector<Duration> means;
+  means.reserve(totals.size());
   for (const double total : totals) {
     means.emplace_back(static_cast<Duration::rep>(total / static_cast<double>(rounds_.size())));
   }

@@ -84,6 +84,7 @@ std::vector<DynamicScore> dynamicScores(const PolicyContext& context) {
     return median[a->slot] < median[b->slot];
   });
   std::vector<std::size_t> liveSlots;
+  liveSlots.reserve(order.size());
   for (const NeighborView* neighbor : order) liveSlots.push_back(neighbor->slot);
 
   const double eta = context.learningRate;

@@ -2,6 +2,7 @@
 
 #include "cli.hpp"
 #include "topology_commands.hpp"
+#include "status_commands.hpp"
 #include "train_command.hpp"
 
 // cli::run maps every exception to an exit code; only CLI11 set-up could throw.
@@ -12,5 +13,6 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   std::function<int()> action;
   consensusd::cli::addTopologyCommands(app, action);
   consensusd::cli::addTrainCommand(app, action);
+  consensusd::cli::addStatusCommands(app, action);
   return consensusd::cli::run(app, argc, argv, [&] { return action(); });
 }

@@ -508,6 +508,10 @@ class Runner {
     if (metrics_) *metrics_ << line.dump() << '\n';
     history_.push_back(std::move(line));
     while (history_.size() > kHistory) history_.pop_front();
+    // Rounds per second over the history window (skips count as rounds).
+    const double span = history_.back()["t"].get<double>() - history_.front()["t"].get<double>();
+    const auto rounds = history_.back()["next"].get<std::int64_t>() - history_.front()["next"].get<std::int64_t>();
+    rate_ = span > 0 ? static_cast<double>(rounds) / span : 0.0;
 
     const std::int64_t every = cfg_.checkpoint.everyRounds;
     if (every > 0 && record.nextRound / every != record.round / every) saveCheckpoint();
@@ -578,8 +582,6 @@ class Runner {
         std::chrono::duration<double>(cfg_.log.progressEveryS));
     Time nextHello{};
     Time nextProgress = now() + progressEvery;
-    std::int64_t roundsAtProgress = engine_->round();
-    Time lastProgress = now();
     publishStatus();
 
     while (!stopping_) {
@@ -613,14 +615,10 @@ class Runner {
         }
       }
       if (t >= nextProgress) {
-        rate_ = static_cast<double>(engine_->round() - roundsAtProgress) /
-                std::max(1e-9, std::chrono::duration<double>(t - lastProgress).count());
         spdlog::info("round {}  loss {:.4f}  test acc {}  m {}/{}  {:.1f} rounds/s",
                      engine_->round(), lossEwma_,
                      accuracy_ < 0 ? std::string("-") : fmt::format("{:.4f}", accuracy_),
                      engine_->decision().count, engine_->degree(), rate_);
-        roundsAtProgress = engine_->round();
-        lastProgress = t;
         nextProgress = t + progressEvery;
         publishStatus();
       }
@@ -657,11 +655,25 @@ class Runner {
       spdlog::error("final checkpoint failed: {}", e.what());
     }
     sendControl(wire::Kind::Bye);
+    // A model of our own: the compute thread may still be busy with its.
+    data::Model<Scalar> model(config::modelOptions(cfg_, data_.train));
+    const data::Evaluation final = model.evaluate(engine_->params(), data_.test);
+    accuracy_ = final.accuracy;
+    testLoss_ = final.loss;
+    const nlohmann::json summary = {{"final", true},
+                                    {"round", engine_->round()},
+                                    {"t", std::chrono::duration<double>(now()).count()},
+                                    {"accuracy", final.accuracy},
+                                    {"test_loss", final.loss},
+                                    {"rejects", rejects_},
+                                    {"send_dropped", sendDrops_}};
+    if (metrics_) *metrics_ << summary.dump() << '\n';
     publishStatus();
     worker_.reset();
     dealers_.clear();
     router_.close();
-    spdlog::info("stopped at round {}", engine_->round());
+    spdlog::info("stopped at round {}: test accuracy {:.4f}, rejects {}", engine_->round(), final.accuracy,
+                 nlohmann::json(rejects_).dump());
   }
 
   const config::LoadedConfig& loaded_;

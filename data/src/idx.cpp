@@ -78,7 +78,10 @@ IdxArray readIdxArray(const std::string& file, std::uint32_t expectedDims) {
 }
 
 std::string firstExisting(const std::string& folder, const std::string& name) {
-  for (const std::string& candidate : {folder + "/" + name + ".gz", folder + "/" + name}) {
+  std::string plain = folder;
+  plain += '/';
+  plain += name;
+  for (const std::string& candidate : {plain + ".gz", plain}) {
     if (std::filesystem::exists(candidate)) return candidate;
   }
   throw DataError(folder + "/" + name + ".gz: cannot open file");

@@ -44,7 +44,7 @@ TrainTest load(const DataSource& source) {
       const bool libsvm = source.kind == DatasetKind::Libsvm;
       Dataset train = libsvm ? readLibsvm(source.path) : readCsv(source.path, source.csv);
       if (source.testPath.empty()) {
-        data = splitTrainTest(std::move(train), source.testFraction, source.seed);
+        data = splitTrainTest(train, source.testFraction, source.seed);
       } else {
         data.test = libsvm ? readLibsvm(source.testPath, train.dimension())
                            : readCsv(source.testPath, source.csv);

@@ -47,7 +47,7 @@ void scale(TrainTest& data, Scaling scaling) {
   }
 }
 
-TrainTest splitTrainTest(Dataset all, double testFraction, std::uint64_t seed) {
+TrainTest splitTrainTest(const Dataset& all, double testFraction, std::uint64_t seed) {
   std::vector<std::size_t> order(all.size());
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(seed);

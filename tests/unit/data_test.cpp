@@ -69,7 +69,7 @@ Dataset smallClassification(std::size_t n, int classes, std::uint64_t seed) {
 }
 
 // Every model kind, with L2 on, against central differences in float64.
-void checkGradient(ModelOptions options, const Dataset& data) {
+void checkGradient(const ModelOptions& options, const Dataset& data) {
   Model<double> model(options);
   Eigen::VectorXd params(static_cast<Eigen::Index>(model.dimension()));
   model.initialize(params, 3);

@@ -79,6 +79,6 @@ void scale(TrainTest& data, Scaling scaling);
 
 // Splits a single file into train and test: the last `testFraction`, after a
 // seeded shuffle.
-TrainTest splitTrainTest(Dataset all, double testFraction, std::uint64_t seed);
+TrainTest splitTrainTest(const Dataset& all, double testFraction, std::uint64_t seed);
 
 }  // namespace consensusd::data
