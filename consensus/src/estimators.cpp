@@ -8,7 +8,8 @@ namespace {
 
 Duration quantileOf(std::vector<Duration> values, double q) {
   if (values.empty()) return Duration::zero();
-  const auto at = static_cast<std::size_t>(std::lround(std::clamp(q, 0.0, 1.0) * static_cast<double>(values.size() - 1)));
+  const auto at = static_cast<std::size_t>(
+      std::lround(std::clamp(q, 0.0, 1.0) * static_cast<double>(values.size() - 1)));
   std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(at), values.end());
   return values[at];
 }

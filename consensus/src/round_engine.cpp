@@ -189,8 +189,11 @@ void RoundEngine<Scalar>::onDecision(std::size_t node, std::int64_t round, bool 
 }
 
 template <class Scalar>
-void RoundEngine<Scalar>::onKeepAlive(std::size_t node, Time now) {
-  if (const std::optional<std::size_t> index = slotOf(node)) slots_[*index].lastHeard = now;
+void RoundEngine<Scalar>::onKeepAlive(std::size_t node, std::int64_t round, Time now) {
+  if (const std::optional<std::size_t> index = slotOf(node)) {
+    slots_[*index].lastHeard = now;
+    slots_[*index].newestRound = std::max(slots_[*index].newestRound, round);
+  }
 }
 
 template <class Scalar>

@@ -1,8 +1,8 @@
 // consensusctl: the operator's and researcher's tool (DESIGN.md §7).
 
 #include "cli.hpp"
-#include "topology_commands.hpp"
 #include "status_commands.hpp"
+#include "topology_commands.hpp"
 #include "train_command.hpp"
 
 // cli::run maps every exception to an exit code; only CLI11 set-up could throw.

@@ -417,7 +417,7 @@ class Runner {
         case wire::Kind::Hello:
         case wire::Kind::Bye:
           // A keep-alive: the engine hears from the peer without an estimate.
-          engine_->onKeepAlive(*from, now());
+          engine_->onKeepAlive(*from, h.round, now());
           if (h.kind == wire::Kind::Bye) spdlog::info("{} said goodbye", topology_.node(*from).id);
           break;
       }
@@ -510,7 +510,8 @@ class Runner {
     while (history_.size() > kHistory) history_.pop_front();
     // Rounds per second over the history window (skips count as rounds).
     const double span = history_.back()["t"].get<double>() - history_.front()["t"].get<double>();
-    const auto rounds = history_.back()["next"].get<std::int64_t>() - history_.front()["next"].get<std::int64_t>();
+    const auto rounds =
+        history_.back()["next"].get<std::int64_t>() - history_.front()["next"].get<std::int64_t>();
     rate_ = span > 0 ? static_cast<double>(rounds) / span : 0.0;
 
     const std::int64_t every = cfg_.checkpoint.everyRounds;
@@ -587,7 +588,7 @@ class Runner {
     while (!stopping_) {
       Time t = now();
       if (t >= nextHello) {
-        sendControl(wire::Kind::Hello);
+        sendControl(wire::Kind::Hello, engine_->round());
         nextHello = t + helloEvery;
       }
       if (auto result = worker_->take()) {
@@ -672,8 +673,8 @@ class Runner {
     worker_.reset();
     dealers_.clear();
     router_.close();
-    spdlog::info("stopped at round {}: test accuracy {:.4f}, rejects {}", engine_->round(), final.accuracy,
-                 nlohmann::json(rejects_).dump());
+    spdlog::info("stopped at round {}: test accuracy {:.4f}, rejects {}", engine_->round(),
+                 final.accuracy, nlohmann::json(rejects_).dump());
   }
 
   const config::LoadedConfig& loaded_;

@@ -27,7 +27,8 @@ nlohmann::json askDaemon(const std::string& socketPath, const nlohmann::json& re
     ~Closer() { ::close(fd); }
   } closer{fd};
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    throw fail(std::string("cannot connect (") + std::strerror(errno) + "); is the daemon running?");
+    throw fail(std::string("cannot connect (") + std::strerror(errno) +
+               "); is the daemon running?");
   }
   const std::string line = request.dump() + "\n";
   if (::send(fd, line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size())) {
@@ -36,9 +37,11 @@ nlohmann::json askDaemon(const std::string& socketPath, const nlohmann::json& re
   std::string answer;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (answer.find('\n') == std::string::npos) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     pollfd item{fd, POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&item, 1, static_cast<int>(left.count())) <= 0) throw fail("no answer");
+    if (left.count() <= 0 || ::poll(&item, 1, static_cast<int>(left.count())) <= 0)
+      throw fail("no answer");
     char buffer[65536];
     const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
     if (n <= 0) throw fail("connection closed");

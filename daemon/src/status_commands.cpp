@@ -34,15 +34,17 @@ std::string fixed(double value, int digits) {
 
 void printStatus(const nlohmann::json& s) {
   std::printf("node %s  round %lld  %s  policy %s  m %zu/%zu  %.1f rounds/s  up %.0f s\n",
-              s.value("node", "?").c_str(), static_cast<long long>(s.value("round", 0LL)), s.value("phase", "?").c_str(),
-              s.value("policy", "?").c_str(), s.value("target", std::size_t{0}), s.value("degree", std::size_t{0}),
+              s.value("node", "?").c_str(), static_cast<long long>(s.value("round", 0LL)),
+              s.value("phase", "?").c_str(), s.value("policy", "?").c_str(),
+              s.value("target", std::size_t{0}), s.value("degree", std::size_t{0}),
               s.value("rounds_per_s", 0.0), s.value("uptime_s", 0.0));
   std::printf("loss %s  test accuracy %s  consensus distance %s  last checkpoint %lld\n",
               fixed(s.value("loss", -1.0), 4).c_str(), fixed(s.value("accuracy", -1.0), 4).c_str(),
               fixed(s.value("consensus_distance", -1.0), 5).c_str(),
               static_cast<long long>(s.value("last_checkpoint_round", -1LL)));
   std::string rejects;
-  const nlohmann::json counts = s.value("rejects", nlohmann::json::object());  // a local: items() must not dangle
+  const nlohmann::json counts =
+      s.value("rejects", nlohmann::json::object());  // a local: items() must not dangle
   for (const auto& [reason, count] : counts.items()) {
     rejects += " " + reason + "=" + count.dump();
   }
@@ -50,17 +52,20 @@ void printStatus(const nlohmann::json& s) {
 }
 
 void printNeighbors(const nlohmann::json& list) {
-  std::printf("%-10s %-8s %10s %10s %8s %6s %6s %6s %8s %7s\n", "neighbor", "state", "last round", "median ms", "on time",
-              "late", "stale", "dup", "rejected", "mixed");
+  std::printf("%-10s %-8s %10s %10s %8s %6s %6s %6s %8s %7s\n", "neighbor", "state", "last round",
+              "median ms", "on time", "late", "stale", "dup", "rejected", "mixed");
   for (const auto& n : list) {
-    std::printf("%-10s %-8s %10lld %10.2f %8llu %6llu %6llu %6llu %8llu %7llu\n", n.value("id", "?").c_str(),
-                n.value("state", "?").c_str(), static_cast<long long>(n.value("last_round", -1LL)),
+    std::printf("%-10s %-8s %10lld %10.2f %8llu %6llu %6llu %6llu %8llu %7llu\n",
+                n.value("id", "?").c_str(), n.value("state", "?").c_str(),
+                static_cast<long long>(n.value("last_round", -1LL)),
                 n.value("median_arrival_ms", 0.0), n.value("on_time", 0ULL), n.value("late", 0ULL),
-                n.value("stale", 0ULL), n.value("duplicate", 0ULL), n.value("rejected", 0ULL), n.value("mixed", 0ULL));
+                n.value("stale", 0ULL), n.value("duplicate", 0ULL), n.value("rejected", 0ULL),
+                n.value("mixed", 0ULL));
   }
 }
 
-int simple(const Target& target, const nlohmann::json& request, const std::function<void(const nlohmann::json&)>& human) {
+int simple(const Target& target, const nlohmann::json& request,
+           const std::function<void(const nlohmann::json&)>& human) {
   const nlohmann::json answer = askDaemon(target.path(), request);
   if (target.json) {
     std::cout << answer.dump(2) << "\n";
@@ -85,11 +90,12 @@ int runTop(const TopOptions& options) {
     nlohmann::json all = nlohmann::json::array();
     std::string table;
     char line[256];
-    std::snprintf(line, sizeof line, "%-8s %8s %9s %8s %8s %5s %5s %5s %8s  %s\n", "node", "round", "rounds/s", "loss",
-                  "acc", "b", "resp", "susp", "rejects", "state");
+    std::snprintf(line, sizeof line, "%-8s %8s %9s %8s %8s %5s %5s %5s %8s  %s\n", "node", "round",
+                  "rounds/s", "loss", "acc", "b", "resp", "susp", "rejects", "state");
     table += line;
     for (const topology::NodeSpec& node : graph.nodes()) {
-      const std::string path = node.status.empty() ? "/run/consensusd/" + node.id + ".sock" : node.status;
+      const std::string path =
+          node.status.empty() ? "/run/consensusd/" + node.id + ".sock" : node.status;
       nlohmann::json s;
       try {
         s = askDaemon(path, {{"cmd", "status"}}, std::chrono::milliseconds(500));
@@ -98,19 +104,21 @@ int runTop(const TopOptions& options) {
       }
       all.push_back(s);
       if (!s.value("ok", false)) {
-        std::snprintf(line, sizeof line, "%-8s %8s %9s %8s %8s %5s %5s %5s %8s  %s\n", node.id.c_str(), "-", "-", "-",
-                      "-", "-", "-", "-", "-", "unreachable");
+        std::snprintf(line, sizeof line, "%-8s %8s %9s %8s %8s %5s %5s %5s %8s  %s\n",
+                      node.id.c_str(), "-", "-", "-", "-", "-", "-", "-", "-", "unreachable");
         table += line;
         continue;
       }
       std::uint64_t rejects = 0;
-      for (const auto& [reason, count] : s["rejects"].items()) rejects += count.get<std::uint64_t>();
-      std::snprintf(line, sizeof line, "%-8s %8lld %9.1f %8s %8s %5lld %5zu %5zu %8llu  %s\n", node.id.c_str(),
-                    static_cast<long long>(s.value("round", 0LL)), s.value("rounds_per_s", 0.0),
-                    fixed(s.value("loss", -1.0), 4).c_str(), fixed(s.value("accuracy", -1.0), 4).c_str(),
-                    static_cast<long long>(s.value("backups", 0LL)), s.value("responders", std::size_t{0}),
-                    s.value("suspects", std::size_t{0}), static_cast<unsigned long long>(rejects),
-                    s.value("phase", "?").c_str());
+      for (const auto& [reason, count] : s["rejects"].items())
+        rejects += count.get<std::uint64_t>();
+      std::snprintf(line, sizeof line, "%-8s %8lld %9.1f %8s %8s %5lld %5zu %5zu %8llu  %s\n",
+                    node.id.c_str(), static_cast<long long>(s.value("round", 0LL)),
+                    s.value("rounds_per_s", 0.0), fixed(s.value("loss", -1.0), 4).c_str(),
+                    fixed(s.value("accuracy", -1.0), 4).c_str(),
+                    static_cast<long long>(s.value("backups", 0LL)),
+                    s.value("responders", std::size_t{0}), s.value("suspects", std::size_t{0}),
+                    static_cast<unsigned long long>(rejects), s.value("phase", "?").c_str());
       table += line;
     }
     if (options.json) {
@@ -139,14 +147,16 @@ void addStatusCommands(CLI::App& parent, std::function<int()>& action) {
   };
   const std::vector<Simple> commands{
       {"status", "Round, policy, loss, accuracy, rejects of one node", printStatus},
-      {"neighbors", "Per-neighbour state and counters", [](const nlohmann::json& a) { printNeighbors(a["neighbors"]); }},
+      {"neighbors", "Per-neighbour state and counters",
+       [](const nlohmann::json& a) { printNeighbors(a["neighbors"]); }},
       {"history", "The last rounds' records (JSON lines)",
        [](const nlohmann::json& a) {
          for (const auto& r : a["history"]) std::cout << r.dump() << "\n";
        }},
       {"checkpoint", "Write a checkpoint now",
        [](const nlohmann::json& a) { std::cout << "checkpoint " << a.value("path", "") << "\n"; }},
-      {"pause", "Stop starting rounds (keeps answering)", [](const nlohmann::json&) { std::cout << "paused\n"; }},
+      {"pause", "Stop starting rounds (keeps answering)",
+       [](const nlohmann::json&) { std::cout << "paused\n"; }},
       {"resume", "Start rounds again", [](const nlohmann::json&) { std::cout << "resumed\n"; }},
       {"stop", "Checkpoint and exit", [](const nlohmann::json&) { std::cout << "stopping\n"; }},
   };
@@ -154,9 +164,10 @@ void addStatusCommands(CLI::App& parent, std::function<int()>& action) {
     auto target = std::make_shared<Target>();
     CLI::App* command = parent.add_subcommand(simpleCommand.name, simpleCommand.help);
     addTarget(command, target);
-    command->callback([target, &action, name = std::string(simpleCommand.name), human = simpleCommand.human] {
-      action = [target, name, human] { return simple(*target, {{"cmd", name}}, human); };
-    });
+    command->callback(
+        [target, &action, name = std::string(simpleCommand.name), human = simpleCommand.human] {
+          action = [target, name, human] { return simple(*target, {{"cmd", name}}, human); };
+        });
   }
 
   auto policyTarget = std::make_shared<Target>();
@@ -165,8 +176,10 @@ void addStatusCommands(CLI::App& parent, std::function<int()>& action) {
   auto backups = std::make_shared<std::optional<std::int64_t>>();
   auto timeoutMs = std::make_shared<std::optional<double>>();
   auto quantile = std::make_shared<std::optional<double>>();
-  CLI::App* setPolicy = parent.add_subcommand("set-policy", "Change the wait policy from the next round");
-  setPolicy->add_option("policy", *policyName, "all | static | timeout | quantile | dynamic")->required();
+  CLI::App* setPolicy =
+      parent.add_subcommand("set-policy", "Change the wait policy from the next round");
+  setPolicy->add_option("policy", *policyName, "all | static | timeout | quantile | dynamic")
+      ->required();
   setPolicy->add_option("--backups", *backups, "static: b");
   setPolicy->add_option("--timeout-ms", *timeoutMs, "timeout: the cut-off");
   setPolicy->add_option("--quantile", *quantile, "quantile: q");
@@ -177,8 +190,9 @@ void addStatusCommands(CLI::App& parent, std::function<int()>& action) {
       if (*backups) request["backups"] = **backups;
       if (*timeoutMs) request["timeout_ms"] = **timeoutMs;
       if (*quantile) request["quantile"] = **quantile;
-      return simple(*policyTarget, request,
-                    [](const nlohmann::json& a) { std::cout << "policy " << a.value("policy", "") << "\n"; });
+      return simple(*policyTarget, request, [](const nlohmann::json& a) {
+        std::cout << "policy " << a.value("policy", "") << "\n";
+      });
     };
   });
 
@@ -186,7 +200,8 @@ void addStatusCommands(CLI::App& parent, std::function<int()>& action) {
   auto watchInterval = std::make_shared<double>(1.0);
   CLI::App* watch = parent.add_subcommand("watch", "Live status of one node");
   addTarget(watch, watchTarget);
-  watch->add_option("--interval", *watchInterval, "Seconds between refreshes")->capture_default_str();
+  watch->add_option("--interval", *watchInterval, "Seconds between refreshes")
+      ->capture_default_str();
   watch->callback([=, &action] {
     action = [=] {
       for (;;) {
@@ -207,8 +222,10 @@ void addStatusCommands(CLI::App& parent, std::function<int()>& action) {
 
   auto top = std::make_shared<TopOptions>();
   CLI::App* topCommand = parent.add_subcommand("top", "Every node of a topology in one live table");
-  topCommand->add_option("topology", top->topology, "Topology file (status paths from its nodes)")->required();
-  topCommand->add_option("--interval", top->interval, "Seconds between refreshes")->capture_default_str();
+  topCommand->add_option("topology", top->topology, "Topology file (status paths from its nodes)")
+      ->required();
+  topCommand->add_option("--interval", top->interval, "Seconds between refreshes")
+      ->capture_default_str();
   topCommand->add_flag("--once", top->once, "One table, then exit");
   topCommand->add_flag("--json", top->json, "One JSON array per refresh");
   topCommand->callback([top, &action] { action = [top] { return runTop(*top); }; });

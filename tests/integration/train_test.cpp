@@ -3,8 +3,12 @@
 
 #include <doctest/doctest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
 #include <string>
 
+#include "cluster.hpp"
 #include "process.hpp"
 
 using consensusd::testing::runProcess;
@@ -31,4 +35,37 @@ TEST_CASE("softmax regression reaches 0.83 on Fashion-MNIST") {
 
 TEST_CASE("an MLP with 256 hidden units reaches 0.87 on Fashion-MNIST") {
   CHECK(finalAccuracy("train-mlp.yaml") >= 0.87);
+}
+
+TEST_CASE("8 daemons on a ring reach 0.80 on Fashion-MNIST, and their disagreement falls") {
+  consensusd::testing::Cluster cluster(
+      8,
+      {"data.partition=iid", "model.kind=softmax", "train.rounds=2000", "train.learning_rate=0.1",
+       "train.schedule=cosine", "train.eval_every_rounds=500", "consensus.policy=dynamic"});
+  cluster.startAll();
+  for (std::size_t i = 0; i < cluster.size(); ++i)
+    REQUIRE(cluster.child(i).wait(std::chrono::minutes(5)) == 0);
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    CAPTURE(i);
+    std::ifstream metrics(cluster.path(consensusd::testing::Cluster::id(i) + ".jsonl"));
+    std::vector<double> distances;
+    nlohmann::json final;
+    for (std::string line; std::getline(metrics, line);) {
+      const auto record = nlohmann::json::parse(line);
+      if (record.contains("final")) {
+        final = record;
+      } else {
+        distances.push_back(record["distance"].get<double>());
+      }
+    }
+    REQUIRE(distances.size() >= 1000);
+    CHECK(final["round"] == 2000);
+    CHECK(final["accuracy"].get<double>() >= 0.80);
+    const auto mean = [&](std::size_t from, std::size_t to) {
+      return std::accumulate(distances.begin() + static_cast<std::ptrdiff_t>(from),
+                             distances.begin() + static_cast<std::ptrdiff_t>(to), 0.0) /
+             static_cast<double>(to - from);
+    };
+    CHECK(mean(distances.size() - 100, distances.size()) < 0.5 * mean(10, 110));
+  }
 }

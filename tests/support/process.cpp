@@ -12,6 +12,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <system_error>
+#include <thread>
 
 namespace consensusd::testing {
 namespace {
@@ -100,6 +101,63 @@ ProcessResult runProcess(const std::vector<std::string>& argv, const std::string
   if (WIFEXITED(status)) result.exitCode = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
   return result;
+}
+
+Child::Child(const std::vector<std::string>& argv, const std::string& logFile) {
+  std::vector<char*> args;
+  args.reserve(argv.size() + 1);
+  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  const int log = ::open(logFile.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  check(log, "open log");
+  pid_ = fork();
+  check(pid_, "fork");
+  if (pid_ == 0) {
+    dup2(log, 1);
+    dup2(log, 2);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  close(log);
+}
+
+Child::~Child() {
+  if (!status_) {
+    kill(pid_, SIGKILL);
+    wait(std::chrono::seconds(10));
+  }
+}
+
+void Child::signal(int number) const {
+  kill(pid_, number);
+}
+
+std::optional<int> Child::wait(std::chrono::milliseconds timeout) {
+  if (status_) return status_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    const pid_t done = waitpid(pid_, &status, WNOHANG);
+    if (done == pid_) {
+      status_ = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      return status_;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+bool Child::running() {
+  return !wait(std::chrono::milliseconds(0)).has_value();
+}
+
+bool waitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
 }
 
 TempDir::TempDir() {

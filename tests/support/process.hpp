@@ -4,6 +4,8 @@
 // The child is always reaped before runProcess returns.
 
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,29 @@ struct ProcessResult {
 
 ProcessResult runProcess(const std::vector<std::string>& argv, const std::string& input = {},
                          std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+// A long-running child (a daemon under test): output goes to `logFile`; the
+// destructor SIGKILLs and reaps it if it is still running.
+class Child {
+ public:
+  Child(const std::vector<std::string>& argv, const std::string& logFile);
+  ~Child();
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  int pid() const { return pid_; }
+  void signal(int number) const;
+  // The exit code once it has exited within `timeout` (-signal if killed), else none.
+  std::optional<int> wait(std::chrono::milliseconds timeout);
+  bool running();
+
+ private:
+  int pid_ = -1;
+  std::optional<int> status_;
+};
+
+// Polls `condition` every 20 ms until it holds or `timeout` passes.
+bool waitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout);
 
 // A fresh folder under $TMPDIR, removed with everything in it on destruction.
 class TempDir {

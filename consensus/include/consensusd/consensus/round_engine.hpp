@@ -90,8 +90,10 @@ class RoundEngine {
   void onGradient(std::int64_t round, const Eigen::Ref<const Vector>& gradient, double loss,
                   const data::GradientStats& stats, Time now);
   void onDecision(std::size_t node, std::int64_t round, bool usedMine, Time now);
-  // Any other sign of life from a neighbour (a keep-alive): not suspect.
-  void onKeepAlive(std::size_t node, Time now);
+  // A keep-alive from a neighbour working on `round`: not suspect, and its
+  // progress counts for the lead bound and skipping even when its estimates
+  // were lost (a restarted node must learn where the others are).
+  void onKeepAlive(std::size_t node, std::int64_t round, Time now);
   std::optional<RoundRecord> tryFinish(Time now);
   std::vector<Decision> takeDecisions();
   // The next time something can change without a message (cut-off, deadline,
