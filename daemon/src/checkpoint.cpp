@@ -93,7 +93,7 @@ std::string CheckpointStore::save(const Checkpoint& checkpoint) {
 
   char name[40];
   std::snprintf(name, sizeof name, "round-%012lld.ckpt", static_cast<long long>(checkpoint.round));
-  const std::string path = folder_ + "/" + name;
+  std::string path = folder_ + "/" + name;
   const std::string temp = folder_ + "/." + name + ".tmp";
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   check(fd, "open " + temp);
@@ -118,7 +118,8 @@ std::string CheckpointStore::save(const Checkpoint& checkpoint) {
 
 CheckpointStore::Loaded CheckpointStore::loadNewest(const Checkpoint& expect) const {
   Loaded loaded;
-  for (const auto& [round, path] : listRounds(folder_)) {
+  for (const auto& file : listRounds(folder_)) {
+    const fs::path& path = file.second;
     const auto reject = [&](const std::string& why) {
       loaded.rejected.push_back(path.string() + ": " + why);
     };

@@ -1,5 +1,6 @@
 #include "node.hpp"
 
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
@@ -474,7 +475,7 @@ class Runner {
     checkpoint.dimension = dimension_;
     const auto* bytes = reinterpret_cast<const std::byte*>(engine_->params().data());
     checkpoint.params.assign(bytes, bytes + dimension_ * sizeof(Scalar));
-    const std::string path = checkpoints_.save(checkpoint);
+    std::string path = checkpoints_.save(checkpoint);
     lastCheckpoint_ = checkpoint.round;
     spdlog::info("checkpoint {} (round {})", path, checkpoint.round);
     return path;
@@ -642,7 +643,7 @@ class Runner {
       if (items[2].revents & ZMQ_POLLIN) {
         signalfd_siginfo info{};
         [[maybe_unused]] const ssize_t n = ::read(signalFd_, &info, sizeof info);
-        spdlog::info("signal {}: stopping", strsignal(static_cast<int>(info.ssi_signo)));
+        spdlog::info("{}: stopping", info.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM");
         stopping_ = true;
       }
       if (items[3].revents & ZMQ_POLLIN) drainFd(wakeFd_);

@@ -57,7 +57,7 @@ nlohmann::json toJson(const StatusSnapshot& status);
 nlohmann::json neighborsJson(const StatusSnapshot& status);
 
 // A request for the engine thread; `reply` is called there with the answer.
-struct Command {
+struct Command {     // NOLINT(bugprone-exception-escape): moves of std::function and json
   std::string name;  // set-policy, checkpoint, pause, resume, stop
   nlohmann::json args;
   std::function<void(nlohmann::json)> reply;

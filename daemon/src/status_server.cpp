@@ -15,7 +15,7 @@ namespace {
 namespace asio = boost::asio;
 using Local = asio::local::stream_protocol;
 
-constexpr std::size_t kMaxRequest = 64 * 1024;
+constexpr std::size_t kMaxRequest = std::size_t{64} * 1024;
 constexpr auto kIdleTimeout = std::chrono::seconds(30);
 
 nlohmann::json error(const std::string& message) {

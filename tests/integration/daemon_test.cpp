@@ -5,13 +5,16 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <zmq.hpp>
 
 #include "cluster.hpp"
 #include "status_client.hpp"
+#include "wire.hpp"
 
 using consensusd::cli::askDaemon;
 using consensusd::testing::Cluster;
@@ -174,4 +177,118 @@ TEST_CASE("a killed node is marked suspect, the others go on, and it resumes fro
   CHECK(cluster.log(2).find("resumed from") != std::string::npos);
   CHECK(ask(cluster, 2, {{"cmd", "status"}})["last_checkpoint_round"].get<std::int64_t>() >= 60);
   CHECK(waitFor([&] { return roundOf(cluster, 2) + 10 >= roundOf(cluster, 0); }, 20s));
+}
+
+namespace {
+
+// A raw ZeroMQ peer speaking to n0's ROUTER as `identity`.
+struct Intruder {
+  zmq::context_t context;
+  zmq::socket_t socket{context, zmq::socket_type::dealer};
+  Intruder(const std::string& endpoint, const std::string& identity) {
+    socket.set(zmq::sockopt::routing_id, identity);
+    socket.set(zmq::sockopt::linger, 0);
+    socket.connect(endpoint);
+  }
+  void send(const std::vector<std::string>& frames) {
+    for (std::size_t i = 0; i < frames.size(); ++i) {
+      socket.send(zmq::buffer(frames[i]),
+                  i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+  }
+};
+
+std::string bytesOf(const std::array<std::byte, consensusd::wire::kHeaderSize>& header) {
+  return {reinterpret_cast<const char*>(header.data()), header.size()};
+}
+
+}  // namespace
+
+TEST_CASE("hostile traffic is dropped and counted by reason, and the node keeps its pace") {
+  Cluster cluster(2, with(kFast, {"train.rounds=0", "consensus.peer_timeout_ms=300"}));
+  cluster.start(0);  // n1 never starts: the test speaks in its place
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+  const json first = ask(cluster, 0, {{"cmd", "status"}});
+  const std::string topology = cluster.path("topology.yaml");
+  const auto hashLine = runProcess({CONSENSUSCTL, "topology", "info", topology, "--json"}).out;
+  const std::uint64_t hash =
+      std::stoull(json::parse(hashLine)["hash"].get<std::string>(), nullptr, 16);
+  const std::uint64_t dimension = 21;  // logistic regression on 20 synthetic features
+
+  std::ifstream endpoints(topology);
+  std::string text((std::istreambuf_iterator<char>(endpoints)), std::istreambuf_iterator<char>());
+  const std::size_t at = text.find("tcp://");
+  const std::string endpoint = text.substr(at, text.find('"', at) - at);
+
+  Intruder impostor(endpoint, "n1");
+  Intruder stranger(endpoint, "n9");
+  consensusd::wire::Header header;
+  header.kind = consensusd::wire::Kind::Estimate;
+  header.sender = 1;
+  header.round = 1000000;
+  header.dimension = dimension;
+  header.topologyHash = hash;
+  header.payloadBytes = dimension * 4;
+  std::vector<float> values(dimension, 0.5f);
+  const auto payloadOf = [](const std::vector<float>& v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  };
+  header.checksum = consensusd::wire::checksum(values.data(), dimension * 4);
+
+  impostor.send({"random bytes, one frame"});                // frames
+  impostor.send({std::string(64, 'x'), payloadOf(values)});  // magic
+  auto wrong = header;
+  wrong.dimension = 7;
+  impostor.send({bytesOf(consensusd::wire::encode(wrong)), payloadOf(values)});  // dimension
+  wrong = header;
+  wrong.sender = 0;
+  impostor.send({bytesOf(consensusd::wire::encode(wrong)), payloadOf(values)});  // sender
+  wrong = header;
+  wrong.topologyHash = hash + 1;
+  impostor.send({bytesOf(consensusd::wire::encode(wrong)), payloadOf(values)});  // topology
+  std::vector<float> poisoned = values;
+  poisoned[3] = std::nanf("");
+  wrong = header;
+  wrong.checksum = consensusd::wire::checksum(poisoned.data(), dimension * 4);
+  impostor.send({bytesOf(consensusd::wire::encode(wrong)), payloadOf(poisoned)});  // non_finite
+  wrong = header;
+  wrong.checksum ^= 1;
+  impostor.send({bytesOf(consensusd::wire::encode(wrong)), payloadOf(values)});   // checksum
+  stranger.send({bytesOf(consensusd::wire::encode(header)), payloadOf(values)});  // not_neighbor
+
+  const auto counted = [&] {
+    const json rejects = ask(cluster, 0, {{"cmd", "status"}})["rejects"];
+    for (const char* reason : {"frames", "magic", "dimension", "sender", "topology", "non_finite",
+                               "checksum", "not_neighbor"}) {
+      if (!rejects.contains(reason)) return false;
+    }
+    return true;
+  };
+  CHECK(waitFor(counted, 10s));
+  const json status = ask(cluster, 0, {{"cmd", "status"}});
+  INFO(status.dump());
+  // Nothing malformed was averaged: n0 never mixed with "n1".
+  CHECK(status["neighbors"][0]["mixed"] == 0);
+  CHECK(status["neighbors"][0]["rejected"].get<int>() >= 7);
+  const std::int64_t now = status["round"].get<std::int64_t>();
+  CHECK(waitFor([&] { return roundOf(cluster, 0) > now + 100; }, 10s));  // still going
+  CHECK(first["round"].get<std::int64_t>() < now);
+}
+
+TEST_CASE("a SIGSTOPped node does not stop the others; after SIGCONT it catches up") {
+  Cluster cluster(
+      3, with(kFast, {"train.rounds=0", "consensus.policy=all", "consensus.peer_timeout_ms=300"}));
+  cluster.startAll();
+  REQUIRE(waitFor([&] { return answers(cluster, 0) && answers(cluster, 1) && answers(cluster, 2); },
+                  30s));
+  REQUIRE(waitFor([&] { return roundOf(cluster, 2) > 50; }, 30s));
+  cluster.child(2).signal(SIGSTOP);
+  const std::int64_t before = roundOf(cluster, 0);
+  CHECK(waitFor(
+      [&] { return roundOf(cluster, 0) > before + 200 && roundOf(cluster, 1) > before + 200; },
+      20s));
+  cluster.child(2).signal(SIGCONT);
+  CHECK(waitFor([&] { return roundOf(cluster, 2) + 20 >= roundOf(cluster, 0); }, 20s));
+  const json status = ask(cluster, 2, {{"cmd", "status"}});
+  CHECK(status["suspects"] == 0);
 }

@@ -1,0 +1,184 @@
+// The daemon's pieces without sockets: wire codec, checkpoints, status requests.
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "checkpoint.hpp"
+#include "process.hpp"
+#include "status_server.hpp"
+#include "wire.hpp"
+
+using namespace consensusd;
+using consensusd::testing::TempDir;
+
+namespace {
+
+struct Packet {
+  wire::Header header;
+  std::vector<float> values;
+};
+
+Packet estimate(std::size_t dimension) {
+  Packet packet;
+  packet.values.assign(dimension, 0.5f);
+  packet.header.kind = wire::Kind::Estimate;
+  packet.header.sender = 3;
+  packet.header.round = 42;
+  packet.header.dimension = dimension;
+  packet.header.topologyHash = 0xabcdef;
+  packet.header.payloadBytes = dimension * 4;
+  packet.header.checksum = wire::checksum(packet.values.data(), dimension * 4);
+  return packet;
+}
+
+// "accepted" or the reject reason's name (doctest prints strings).
+std::string verdict(std::span<const std::byte> header, std::span<const std::byte> payload,
+                    const wire::Expectation& expect) {
+  const auto decoded = wire::decodeHeader(header);
+  if (const auto* why = std::get_if<wire::Reject>(&decoded)) return wire::toString(*why);
+  const auto why = wire::validate(std::get<wire::Header>(decoded), payload, expect);
+  return why ? wire::toString(*why) : "accepted";
+}
+
+std::string check(const Packet& packet, const wire::Expectation& expect) {
+  const auto bytes = wire::encode(packet.header);
+  return verdict(
+      bytes,
+      std::span(reinterpret_cast<const std::byte*>(packet.values.data()), packet.values.size() * 4),
+      expect);
+}
+
+}  // namespace
+
+TEST_CASE("wire: a header survives encode and decode") {
+  const Packet packet = estimate(10);
+  const auto decoded = wire::decodeHeader(wire::encode(packet.header));
+  REQUIRE(std::holds_alternative<wire::Header>(decoded));
+  const wire::Header& h = std::get<wire::Header>(decoded);
+  CHECK(h.kind == wire::Kind::Estimate);
+  CHECK(h.sender == 3);
+  CHECK(h.round == 42);
+  CHECK(h.dimension == 10);
+  CHECK(h.topologyHash == 0xabcdef);
+  CHECK(h.checksum == packet.header.checksum);
+  CHECK(check(packet, {0xabcdef, 10, wire::Dtype::Float32}) == "accepted");
+}
+
+TEST_CASE("wire: every malformed message has its reason") {
+  const wire::Expectation expect{0xabcdef, 10, wire::Dtype::Float32};
+  auto bytes = wire::encode(estimate(10).header);
+  CHECK(verdict(std::span(bytes).first(63), {}, expect) == "header_size");
+  bytes[0] = std::byte{0};
+  CHECK(verdict(bytes, {}, expect) == "magic");
+  bytes = wire::encode(estimate(10).header);
+  bytes[4] = std::byte{9};
+  CHECK(verdict(bytes, {}, expect) == "version");
+  bytes = wire::encode(estimate(10).header);
+  bytes[6] = std::byte{7};
+  CHECK(verdict(bytes, {}, expect) == "kind");
+
+  Packet packet = estimate(10);
+  packet.header.topologyHash = 1;
+  CHECK(check(packet, expect) == "topology");
+  CHECK(check(estimate(12), expect) == "dimension");
+  packet = estimate(10);
+  packet.header.dtype = wire::Dtype::Float64;
+  CHECK(check(packet, expect) == "dtype");
+  packet = estimate(10);
+  packet.values.pop_back();
+  CHECK(check(packet, expect) == "length");
+  packet = estimate(10);
+  packet.values[3] = 0.25f;  // checksum no longer matches
+  CHECK(check(packet, expect) == "checksum");
+  packet = estimate(10);
+  packet.values[7] = std::numeric_limits<float>::quiet_NaN();
+  packet.header.checksum = wire::checksum(packet.values.data(), 40);
+  CHECK(check(packet, expect) == "non_finite");
+  packet.values[7] = std::numeric_limits<float>::infinity();
+  packet.header.checksum = wire::checksum(packet.values.data(), 40);
+  CHECK(check(packet, expect) == "non_finite");
+}
+
+TEST_CASE("checkpoints: newest valid wins, torn or corrupt ones are reported and skipped") {
+  const TempDir dir;
+  daemon::CheckpointStore store(dir.path() + "/ckpt", 2);
+  daemon::Checkpoint checkpoint;
+  checkpoint.topologyHash = 7;
+  checkpoint.node = 1;
+  checkpoint.dimension = 4;
+  const auto paramsOf = [](float value) {
+    std::vector<std::byte> bytes(16);
+    for (std::size_t i = 0; i < 4; ++i) std::memcpy(bytes.data() + 4 * i, &value, 4);
+    return bytes;
+  };
+  for (const std::int64_t round : {100, 200, 300}) {
+    checkpoint.round = round;
+    checkpoint.params = paramsOf(static_cast<float>(round));
+    store.save(checkpoint);
+  }
+  // Two generations kept.
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& entry :
+       std::filesystem::directory_iterator(dir.path() + "/ckpt"))
+    ++files;
+  CHECK(files == 2);
+  auto loaded = store.loadNewest(checkpoint);
+  REQUIRE(loaded.checkpoint);
+  CHECK(loaded.checkpoint->round == 300);
+  CHECK(loaded.checkpoint->params == paramsOf(300.0f));
+  CHECK(loaded.rejected.empty());
+
+  // A bit flip in the newest: the older one is used, the newest reported.
+  const std::string newest = loaded.path;
+  {
+    std::fstream file(newest, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(50);
+    file.put('\x55');
+  }
+  loaded = store.loadNewest(checkpoint);
+  REQUIRE(loaded.checkpoint);
+  CHECK(loaded.checkpoint->round == 200);
+  REQUIRE(loaded.rejected.size() == 1);
+  CHECK(loaded.rejected[0] == newest + ": checksum mismatch (torn or corrupt)");
+
+  // Truncated: reported by size.
+  std::filesystem::resize_file(newest, 30);
+  loaded = store.loadNewest(checkpoint);
+  CHECK(loaded.checkpoint->round == 200);
+  CHECK(loaded.rejected[0] == newest + ": size 30, expected 64");
+
+  // Another model: nothing valid, a fresh start.
+  daemon::Checkpoint other = checkpoint;
+  other.dimension = 5;
+  loaded = store.loadNewest(other);
+  CHECK_FALSE(loaded.checkpoint);
+  CHECK(loaded.rejected.size() == 2);
+}
+
+TEST_CASE("status requests: reads answer at once, mutations need trust, junk gets an error") {
+  daemon::StatusSnapshot snapshot;
+  snapshot.node = "n4";
+  snapshot.round = 17;
+  snapshot.configYaml = "node:\n  id: n4\n";
+  daemon::Command command;
+  const auto answer = [&](const std::string& line, bool trusted = true) {
+    return daemon::answerRequest(line, &snapshot, trusted, command);
+  };
+  CHECK((*answer(R"({"cmd":"status"})"))["round"] == 17);
+  CHECK((*answer(R"({"cmd":"config"})"))["config"].get<std::string>() == "node:\n  id: n4\n");
+  CHECK((*answer(R"({"cmd":"neighbors"})"))["neighbors"].empty());
+  CHECK((*answer("{oops")).dump() == R"({"error":"malformed JSON","ok":false})");
+  CHECK((*answer(R"([1,2])"))["ok"] == false);
+  const std::string denied = (*answer(R"({"cmd":"stop"})", false))["error"].get<std::string>();
+  CHECK(denied == "permission denied: 'stop' only from the daemon's own user");
+  CHECK_FALSE(answer(R"({"cmd":"set-policy","policy":"all"})").has_value());
+  CHECK(command.name == "set-policy");
+  CHECK(command.args["policy"].get<std::string>() == "all");
+  CHECK(daemon::answerRequest(R"({"cmd":"status"})", nullptr, true, command)->dump() ==
+        R"({"error":"starting up","ok":false})");
+}
