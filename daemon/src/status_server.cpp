@@ -86,11 +86,35 @@ class Session : public std::enable_shared_from_this<Session> {
     asio::async_write(
         socket_, asio::buffer(*text),
         [self = shared_from_this(), text, thenClose](boost::system::error_code code, std::size_t) {
-          if (code || thenClose) {
+          if (code) {
+            self->socket_.close();
+          } else if (thenClose) {
+            self->drainAndClose();
+          } else {
+            self->readLine();
+          }
+        });
+  }
+
+  // After refusing an oversized request: half-close and discard what the
+  // client still sends, so it reads our answer instead of a reset.
+  void drainAndClose() {
+    boost::system::error_code ignored;
+    socket_.shutdown(Local::socket::shutdown_send, ignored);
+    timer_.expires_after(std::chrono::seconds(2));
+    timer_.async_wait([self = shared_from_this()](boost::system::error_code code) {
+      if (!code) self->socket_.close();
+    });
+    buffer_.consume(buffer_.size());
+    socket_.async_read_some(
+        buffer_.prepare(4096),
+        [self = shared_from_this()](boost::system::error_code code, std::size_t) {
+          self->timer_.cancel();
+          if (code) {
             self->socket_.close();
             return;
           }
-          self->readLine();
+          self->drainAndClose();
         });
   }
 

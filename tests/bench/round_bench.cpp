@@ -22,6 +22,15 @@ using consensusd::consensus::Time;
 constexpr std::size_t kInputs = 784;
 constexpr std::size_t kClasses = 10;
 
+// Node 0 of a random 4-regular graph of 16 nodes.
+consensusd::topology::Topology degreeFour() {
+  consensusd::topology::GeneratorOptions graph;
+  graph.kind = "random-regular";
+  graph.nodes = 16;
+  graph.degree = 4;
+  return consensusd::topology::Topology::fromSpec(consensusd::topology::generate(graph), "<bench>");
+}
+
 consensusd::data::ModelOptions softmax() {
   consensusd::data::ModelOptions options;
   options.inputs = kInputs;
@@ -32,12 +41,7 @@ consensusd::data::ModelOptions softmax() {
 // One round of node 0 of a random 4-regular graph, every neighbour answering.
 void engineRound(benchmark::State& state) {
   const auto policy = static_cast<PolicyKind>(state.range(0));
-  consensusd::topology::GeneratorOptions graph;
-  graph.kind = "random-regular";
-  graph.nodes = 16;
-  graph.degree = 4;
-  const auto topology =
-      consensusd::topology::Topology::fromSpec(consensusd::topology::generate(graph), "<bench>");
+  const auto topology = degreeFour();
   EngineOptions options;
   options.policy.kind = policy;
   options.warmupRounds = 0;
@@ -64,12 +68,7 @@ void engineRound(benchmark::State& state) {
 
 // The dynamic rule's decision alone: context (neighbour distances) and scores.
 void dynamicDecision(benchmark::State& state) {
-  consensusd::topology::GeneratorOptions graph;
-  graph.kind = "random-regular";
-  graph.nodes = 16;
-  graph.degree = 4;
-  const auto topology =
-      consensusd::topology::Topology::fromSpec(consensusd::topology::generate(graph), "<bench>");
+  const auto topology = degreeFour();
   EngineOptions options;
   options.policy.kind = PolicyKind::Dynamic;
   const consensusd::data::Model<float> model(softmax());

@@ -6,6 +6,7 @@
 
 #include "consensusd/config/load.hpp"
 #include "consensusd/config/params.hpp"
+#include "expect_error.hpp"
 #include "process.hpp"
 
 using consensusd::config::loadConfig;
@@ -27,12 +28,7 @@ const std::string kRing4 =
 
 template <class F>
 std::string errorFrom(F&& body) {
-  try {
-    body();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
+  return consensusd::testing::errorText<InputError>(std::forward<F>(body));
 }
 
 std::string readError(const std::string& text, const std::vector<std::string>& overrides = {}) {

@@ -14,6 +14,7 @@
 #include "consensusd/data/optimizer.hpp"
 #include "consensusd/data/partition.hpp"
 #include "consensusd/data/source.hpp"
+#include "expect_error.hpp"
 #include "process.hpp"
 
 using namespace consensusd::data;
@@ -23,12 +24,7 @@ namespace {
 
 template <class F>
 std::string errorFrom(F&& body) {
-  try {
-    body();
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  return "no error";
+  return consensusd::testing::errorText<DataError>(std::forward<F>(body));
 }
 
 std::string bigEndian(std::uint32_t value) {

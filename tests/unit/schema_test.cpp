@@ -4,6 +4,7 @@
 
 #include "consensusd/schema/reader.hpp"
 #include "consensusd/schema/yaml_tree.hpp"
+#include "expect_error.hpp"
 
 using consensusd::schema::InputError;
 using consensusd::schema::MapReader;
@@ -25,12 +26,7 @@ std::string errorOf(const std::string& text, const YamlLimits& limits = {}) {
 
 template <class F>
 std::string errorFrom(F&& body) {
-  try {
-    body();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
+  return consensusd::testing::errorText<InputError>(std::forward<F>(body));
 }
 
 }  // namespace
