@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <system_error>
 
 namespace consensusd::cli {
 
@@ -21,13 +22,13 @@ nlohmann::json askDaemon(const std::string& socketPath, const nlohmann::json& re
   if (socketPath.size() >= sizeof address.sun_path) throw fail("path too long");
   std::memcpy(address.sun_path, socketPath.c_str(), socketPath.size() + 1);
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw fail(std::strerror(errno));
+  if (fd < 0) throw fail(std::generic_category().message(errno));
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    throw fail(std::string("cannot connect (") + std::strerror(errno) +
+    throw fail(std::string("cannot connect (") + std::generic_category().message(errno) +
                "); is the daemon running?");
   }
   const std::string line = request.dump() + "\n";
@@ -47,7 +48,7 @@ nlohmann::json askDaemon(const std::string& socketPath, const nlohmann::json& re
     if (n <= 0) throw fail("connection closed");
     answer.append(buffer, static_cast<std::size_t>(n));
   }
-  const nlohmann::json parsed = nlohmann::json::parse(answer, nullptr, false);
+  nlohmann::json parsed = nlohmann::json::parse(answer, nullptr, false);
   if (parsed.is_discarded()) throw fail("answer is not JSON");
   return parsed;
 }
