@@ -79,17 +79,12 @@ consensus::PolicySpec policySpec(const NodeConfig& config) {
   consensus::PolicySpec spec;
   spec.kind = *consensus::parsePolicyKind(config.consensus.policy);
   spec.backups = config.consensus.backups;
-  spec.timeout = std::chrono::duration_cast<consensus::Duration>(
-      std::chrono::duration<double, std::milli>(config.consensus.timeoutMs));
+  spec.timeout = consensus::fromMilliseconds(config.consensus.timeoutMs);
   spec.quantile = config.consensus.quantile;
   return spec;
 }
 
 consensus::EngineOptions engineOptions(const NodeConfig& config) {
-  const auto milliseconds = [](double value) {
-    return std::chrono::duration_cast<consensus::Duration>(
-        std::chrono::duration<double, std::milli>(value));
-  };
   const NodeConfig::Consensus& c = config.consensus;
   consensus::EngineOptions options;
   options.policy = policySpec(config);
@@ -102,12 +97,28 @@ consensus::EngineOptions engineOptions(const NodeConfig& config) {
   options.mailboxDepth = static_cast<std::size_t>(c.mailboxDepth);
   options.minResponders = static_cast<std::size_t>(c.minResponders);
   options.maxResponders = static_cast<std::size_t>(c.maxResponders);
-  options.peerTimeout = milliseconds(c.peerTimeoutMs);
-  options.hardDeadline = milliseconds(c.hardDeadlineMs);
+  options.peerTimeout = consensus::fromMilliseconds(c.peerTimeoutMs);
+  options.hardDeadline = consensus::fromMilliseconds(c.hardDeadlineMs);
   options.warmupRounds = c.warmupRounds;
   options.windowRounds = static_cast<std::size_t>(c.windowRounds);
   options.batchSize = static_cast<std::size_t>(config.train.batchSize);
   return options;
+}
+
+consensus::StragglerSpec stragglerSpec(const NodeConfig& config) {
+  const NodeConfig::Straggler& c = config.straggler;
+  consensus::StragglerSpec spec;
+  spec.kind = *consensus::parseStragglerKind(c.kind);
+  spec.delay = consensus::fromMilliseconds(c.delayMs);
+  spec.mean = consensus::fromMilliseconds(c.meanMs);
+  spec.paretoShape = c.paretoShape;
+  spec.slowProbability = c.slowProbability;
+  spec.slowFactor = c.slowFactor;
+  spec.baseCompute = consensus::fromMilliseconds(c.baseComputeMs);
+  spec.fromRound = c.fromRound;
+  spec.toRound = c.toRound;
+  spec.seed = static_cast<std::uint64_t>(c.seed);
+  return spec;
 }
 
 }  // namespace consensusd::config

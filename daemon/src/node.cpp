@@ -33,24 +33,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kHistory = 200;  // round records kept for `history`
 
-consensus::StragglerSpec stragglerSpec(const config::NodeConfig& c) {
-  const auto ms = [](double value) {
-    return std::chrono::duration_cast<Duration>(std::chrono::duration<double, std::milli>(value));
-  };
-  consensus::StragglerSpec spec;
-  spec.kind = *consensus::parseStragglerKind(c.straggler.kind);
-  spec.delay = ms(c.straggler.delayMs);
-  spec.mean = ms(c.straggler.meanMs);
-  spec.paretoShape = c.straggler.paretoShape;
-  spec.slowProbability = c.straggler.slowProbability;
-  spec.slowFactor = c.straggler.slowFactor;
-  spec.baseCompute = ms(c.straggler.baseComputeMs);
-  spec.fromRound = c.straggler.fromRound;
-  spec.toRound = c.straggler.toRound;
-  spec.seed = static_cast<std::uint64_t>(c.straggler.seed);
-  return spec;
-}
-
 void notify(int fd) {
   const std::uint64_t one = 1;
   [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
@@ -215,7 +197,7 @@ class Runner {
     worker_ = std::make_unique<ComputeWorker<Scalar>>(
         data_, std::move(share), config::modelOptions(cfg_, data_.train),
         static_cast<std::size_t>(cfg_.train.batchSize),
-        static_cast<std::uint64_t>(cfg_.data.seed) * 7919u + self_, stragglerSpec(cfg_));
+        static_cast<std::uint64_t>(cfg_.data.seed) * 7919u + self_, config::stragglerSpec(cfg_));
     dimension_ = worker_->dimension();
     expect_ = {topology_.hash(), dimension_, dtype()};
   }

@@ -7,6 +7,7 @@
 
 #include "consensusd/config/node_config.hpp"
 #include "consensusd/consensus/options.hpp"
+#include "consensusd/consensus/straggler.hpp"
 #include "consensusd/data/local_trainer.hpp"
 #include "consensusd/data/partition.hpp"
 #include "consensusd/data/source.hpp"
@@ -23,5 +24,6 @@ data::Schedule schedule(const NodeConfig& config);
 data::LocalTrainOptions localTrainOptions(const NodeConfig& config, const data::Dataset& train);
 consensus::PolicySpec policySpec(const NodeConfig& config);
 consensus::EngineOptions engineOptions(const NodeConfig& config);
+consensus::StragglerSpec stragglerSpec(const NodeConfig& config);
 
 }  // namespace consensusd::config

@@ -14,6 +14,11 @@ namespace consensusd::consensus {
 using Time = std::chrono::nanoseconds;  // since the driver's epoch
 using Duration = std::chrono::nanoseconds;
 
+// Config values are milliseconds as doubles.
+inline Duration fromMilliseconds(double ms) {
+  return std::chrono::duration_cast<Duration>(std::chrono::duration<double, std::milli>(ms));
+}
+
 enum class MixRound { Newest, Same };
 enum class MixMode { Absorb, Symmetric };
 enum class PolicyKind { All, Static, Timeout, Quantile, Dynamic };
