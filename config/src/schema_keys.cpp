@@ -261,7 +261,8 @@ std::vector<Key> makeKeys() {
       integer("straggler.to_round", CONSENSUSD_FIELD(straggler.toRound), 0, kMaxInt,
               "Last round it applies to; 0 = until the end."),
       number("straggler.link_delay_ms", CONSENSUSD_FIELD(straggler.linkDelayMs), 0, kHuge,
-             "Extra delay on every message this node sends."),
+             "Extra delay on every message this node sends (simulator; the daemon does not apply "
+             "it yet)."),
       integer("straggler.seed", CONSENSUSD_FIELD(straggler.seed), 0, kMaxInt,
               "Seed of the delay draws."),
 
@@ -278,7 +279,8 @@ std::vector<Key> makeKeys() {
               "Generations kept (at least 2)."),
 
       flag("security.curve", CONSENSUSD_FIELD(security.curve),
-           "Authenticate and encrypt links with CurveZMQ."),
+           "Authenticate and encrypt links with CurveZMQ (not implemented yet: consensusd refuses "
+           "to start)."),
       text("security.secret_key_file", CONSENSUSD_FIELD(security.secretKeyFile), "path",
            "This node's secret key (consensusctl keygen), mode 0600."),
 

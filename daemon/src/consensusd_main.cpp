@@ -90,6 +90,13 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
                 << graph.hashHex() << ")\n";
       return consensusd::cli::kExitOk;
     }
+    if (loaded.config.security.curve) {
+      // Never run in the clear when the operator asked for encryption.
+      std::cerr << configFile
+                << ": security.curve: CurveZMQ links are not implemented in this version; "
+                << "refusing to start unencrypted\n";
+      return consensusd::schema::kExitConfig;
+    }
     return runDaemon(loaded);
   });
 }
