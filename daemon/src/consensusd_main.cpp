@@ -35,8 +35,10 @@ int runDaemon(const consensusd::config::LoadedConfig& loaded) {
   const int wakeFd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   consensusd::daemon::StatusBoard board;
   try {
-    const consensusd::daemon::StatusServer status(cfg.status.socket, board, wakeFd);
-    spdlog::info("status socket {}", cfg.status.socket);
+    const consensusd::daemon::StatusServer status(cfg.status.socket, cfg.status.http, board,
+                                                  wakeFd);
+    spdlog::info("status socket {}{}", cfg.status.socket,
+                 cfg.status.http.empty() ? "" : ", HTTP " + cfg.status.http);
     const int code = consensusd::daemon::runNode(loaded, board, signalFd, wakeFd);
     ::close(wakeFd);
     ::close(signalFd);

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <filesystem>
 #include <thread>
 
@@ -13,6 +15,7 @@ namespace consensusd::daemon {
 namespace {
 
 namespace asio = boost::asio;
+namespace http = boost::beast::http;
 using Local = asio::local::stream_protocol;
 
 constexpr std::size_t kMaxRequest = std::size_t{64} * 1024;
@@ -126,7 +129,116 @@ class Session : public std::enable_shared_from_this<Session> {
   bool trusted_;
 };
 
+// One HTTP request per connection: GET /status, /metrics, /healthz.
+class HttpSession : public std::enable_shared_from_this<HttpSession> {
+ public:
+  HttpSession(asio::ip::tcp::socket socket, StatusBoard& board)
+      : stream_(std::move(socket)), board_(board) {}
+
+  void start() {
+    stream_.expires_after(std::chrono::seconds(10));
+    http::async_read(stream_, buffer_, request_,
+                     [self = shared_from_this()](boost::system::error_code code, std::size_t) {
+                       if (!code) self->respond();
+                     });
+  }
+
+ private:
+  void respond() {
+    const auto snapshot = board_.current();
+    auto response =
+        std::make_shared<http::response<http::string_body>>(http::status::ok, request_.version());
+    response->keep_alive(false);
+    const std::string target(request_.target());
+    if (request_.method() != http::verb::get) {
+      response->result(http::status::method_not_allowed);
+      response->body() = "GET only\n";
+    } else if (target == "/healthz") {
+      response->result(snapshot ? http::status::ok : http::status::service_unavailable);
+      response->body() = snapshot ? "ok\n" : "starting\n";
+    } else if (target == "/status" && snapshot) {
+      response->set(http::field::content_type, "application/json");
+      response->body() = toJson(*snapshot).dump() + "\n";
+    } else if (target == "/metrics" && snapshot) {
+      response->set(http::field::content_type, "text/plain; version=0.0.4");
+      response->body() = prometheusText(*snapshot);
+    } else {
+      response->result(snapshot ? http::status::not_found : http::status::service_unavailable);
+      response->body() = snapshot ? "try /status, /metrics or /healthz\n" : "starting\n";
+    }
+    response->prepare_payload();
+    http::async_write(
+        stream_, *response,
+        [self = shared_from_this(), response](boost::system::error_code, std::size_t) {
+          boost::system::error_code ignored;
+          self->stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+        });
+  }
+
+  boost::beast::tcp_stream stream_;
+  boost::beast::flat_buffer buffer_{8192};
+  http::request<http::string_body> request_;
+  StatusBoard& board_;
+};
+
 }  // namespace
+
+std::string prometheusText(const StatusSnapshot& status) {
+  std::string out;
+  const std::string node = "node=\"" + status.node + "\"";
+  const auto metric = [&](const char* name, const char* type, const char* help,
+                          const std::vector<std::pair<std::string, double>>& samples) {
+    out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    for (const auto& [labels, value] : samples) {
+      out += std::string(name) + "{" + node + labels + "} " + nlohmann::json(value).dump() + "\n";
+    }
+  };
+  const auto one = [](double value) {
+    return std::vector<std::pair<std::string, double>>{{"", value}};
+  };
+  metric("consensusd_round", "gauge", "Round the node is in.",
+         one(static_cast<double>(status.round)));
+  metric("consensusd_rounds_per_second", "gauge", "Rounds per second over the recent history.",
+         one(status.roundsPerSecond));
+  metric("consensusd_train_loss", "gauge", "Minibatch loss, exponentially smoothed.",
+         one(status.loss));
+  if (status.accuracy >= 0) {
+    metric("consensusd_test_accuracy", "gauge", "Test accuracy at the last evaluation.",
+           one(status.accuracy));
+  }
+  metric("consensusd_consensus_distance", "gauge",
+         "Distance between the estimate and its mix, last round.", one(status.consensusDistance));
+  metric("consensusd_wait_target", "gauge", "Neighbours the wait policy waits for (m).",
+         one(static_cast<double>(status.target)));
+  metric("consensusd_degree", "gauge", "Neighbours in the topology.",
+         one(static_cast<double>(status.degree)));
+  metric("consensusd_suspect_neighbors", "gauge",
+         "Neighbours silent for longer than the peer timeout.",
+         one(static_cast<double>(status.suspects)));
+  metric("consensusd_last_checkpoint_round", "gauge",
+         "Round of the last committed checkpoint (-1: none).",
+         one(static_cast<double>(status.lastCheckpointRound)));
+  metric("consensusd_uptime_seconds", "gauge", "Seconds since the daemon started.",
+         one(status.uptimeS));
+  std::vector<std::pair<std::string, double>> rejects;
+  for (const auto& [reason, count] : status.rejects) {
+    rejects.emplace_back(",reason=\"" + reason + "\"", static_cast<double>(count));
+  }
+  metric("consensusd_dropped_messages_total", "counter", "Messages dropped, by reason.", rejects);
+  std::vector<std::pair<std::string, double>> received;
+  std::vector<std::pair<std::string, double>> mixed;
+  for (const NeighborStatus& n : status.neighbors) {
+    const std::string neighbor = ",neighbor=\"" + n.id + "\"";
+    received.emplace_back(neighbor + ",timing=\"on_time\"", static_cast<double>(n.onTime));
+    received.emplace_back(neighbor + ",timing=\"late\"", static_cast<double>(n.late));
+    mixed.emplace_back(neighbor, static_cast<double>(n.mixed));
+  }
+  metric("consensusd_estimates_received_total", "counter",
+         "Estimates stored, by neighbour and timing.", received);
+  metric("consensusd_estimates_mixed_total", "counter",
+         "Rounds in which a neighbour's estimate was averaged.", mixed);
+  return out;
+}
 
 std::optional<nlohmann::json> answerRequest(const std::string& line, const StatusSnapshot* snapshot,
                                             bool trusted, Command& command) {
@@ -173,6 +285,7 @@ std::optional<nlohmann::json> answerRequest(const std::string& line, const Statu
 struct StatusServer::Impl {
   asio::io_context io;
   Local::acceptor acceptor{io};
+  asio::ip::tcp::acceptor http{io};
   std::string path;
   StatusBoard* board;
   int wakeFd;
@@ -185,9 +298,18 @@ struct StatusServer::Impl {
       accept();
     });
   }
+
+  void acceptHttp() {
+    http.async_accept([this](boost::system::error_code code, asio::ip::tcp::socket socket) {
+      if (code) return;
+      std::make_shared<HttpSession>(std::move(socket), *board)->start();
+      acceptHttp();
+    });
+  }
 };
 
-StatusServer::StatusServer(std::string path, StatusBoard& board, int wakeFd)
+StatusServer::StatusServer(std::string path, std::string httpAddress, StatusBoard& board,
+                           int wakeFd)
     : impl_(std::make_unique<Impl>()) {
   impl_->path = std::move(path);
   impl_->board = &board;
@@ -206,6 +328,24 @@ StatusServer::StatusServer(std::string path, StatusBoard& board, int wakeFd)
   }
   ::umask(previous);
   impl_->accept();
+  if (!httpAddress.empty()) {
+    const std::size_t colon = httpAddress.rfind(':');
+    std::string host = httpAddress.substr(0, colon);
+    if (host == "localhost") host = "127.0.0.1";
+    if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    try {
+      const asio::ip::tcp::endpoint endpoint(
+          asio::ip::make_address(host),
+          static_cast<unsigned short>(std::stoi(httpAddress.substr(colon + 1))));
+      impl_->http.open(endpoint.protocol());
+      impl_->http.set_option(asio::socket_base::reuse_address(true));
+      impl_->http.bind(endpoint);
+      impl_->http.listen();
+    } catch (const boost::system::system_error& e) {
+      throw std::runtime_error("status.http " + httpAddress + ": " + e.what());
+    }
+    impl_->acceptHttp();
+  }
   impl_->thread = std::thread([impl = impl_.get()] { impl->io.run(); });
 }
 
@@ -213,6 +353,7 @@ StatusServer::~StatusServer() {
   asio::post(impl_->io, [impl = impl_.get()] {
     boost::system::error_code ignored;
     impl->acceptor.close(ignored);
+    impl->http.close(ignored);
     impl->io.stop();
   });
   impl_->thread.join();

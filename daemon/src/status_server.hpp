@@ -17,9 +17,11 @@ namespace consensusd::daemon {
 
 class StatusServer {
  public:
-  // Binds `path` (replacing a stale socket file) with mode 0660; `wakeFd` is
-  // written after a command is submitted. Throws std::runtime_error on failure.
-  StatusServer(std::string path, StatusBoard& board, int wakeFd);
+  // Binds `path` (replacing a stale socket file) with mode 0660, and when
+  // `httpAddress` is "HOST:PORT" an HTTP server there (GET /status, /metrics
+  // in Prometheus text format, /healthz); `wakeFd` is written after a command
+  // is submitted. Throws std::runtime_error on failure.
+  StatusServer(std::string path, std::string httpAddress, StatusBoard& board, int wakeFd);
   ~StatusServer();  // stops the thread, removes the socket file
   StatusServer(const StatusServer&) = delete;
   StatusServer& operator=(const StatusServer&) = delete;
@@ -28,6 +30,9 @@ class StatusServer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The snapshot in the Prometheus text exposition format.
+std::string prometheusText(const StatusSnapshot& status);
 
 // One request line (exposed for tests and fuzzing). Returns the answer for
 // reads and errors; for an allowed mutating command returns none and fills

@@ -46,6 +46,8 @@ class Cluster {
   std::string socket(std::size_t i) const { return dir_.path() + "/" + id(i) + ".sock"; }
   std::string path(const std::string& name) const { return dir_.path() + "/" + name; }
   std::size_t size() const { return nodes_; }
+  // A free port of this cluster's block, above the nodes' own ports.
+  int sparePort() const { return basePort_ + 19; }
 
   Child& start(std::size_t i, const std::vector<std::string>& extra = {}) {
     std::vector<std::string> argv{CONSENSUSD, "--config", path(id(i) + ".yaml")};

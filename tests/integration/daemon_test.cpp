@@ -1,7 +1,9 @@
 // consensusd as real processes on loopback: config errors, the status
 // socket, clean stops, crash and resume. Synthetic data keeps start-up fast.
 
+#include <arpa/inet.h>
 #include <doctest/doctest.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -291,4 +293,55 @@ TEST_CASE("a SIGSTOPped node does not stop the others; after SIGCONT it catches 
   CHECK(waitFor([&] { return roundOf(cluster, 2) + 20 >= roundOf(cluster, 0); }, 20s));
   const json status = ask(cluster, 2, {{"cmd", "status"}});
   CHECK(status["suspects"] == 0);
+}
+
+namespace {
+
+// GET `path` from 127.0.0.1:`port`; returns the whole response (head and body).
+std::string httpGet(int port, const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    ::close(fd);
+    return {};
+  }
+  const std::string request =
+      "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  timeval timeout{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  std::string response;
+  char buffer[65536];
+  for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;)
+    response.append(buffer, static_cast<std::size_t>(n));
+  ::close(fd);
+  return response;
+}
+
+std::string bodyOf(const std::string& response) {
+  return response.substr(response.find("\r\n\r\n") + 4);
+}
+
+}  // namespace
+
+TEST_CASE("HTTP on loopback: /healthz, /status, and /metrics that promtool accepts") {
+  Cluster probe(2, {});
+  const int port = probe.sparePort();
+  Cluster cluster(2, with(kFast, {"train.rounds=0", "train.eval_every_rounds=20",
+                                  "status.http=127.0.0.1:" + std::to_string(port)}));
+  cluster.start(0);
+  REQUIRE(waitFor([&] { return answers(cluster, 0) && roundOf(cluster, 0) > 0; }, 30s));
+  REQUIRE(
+      waitFor([&] { return httpGet(port, "/healthz").find("200 OK") != std::string::npos; }, 10s));
+  CHECK(bodyOf(httpGet(port, "/healthz")) == "ok\n");
+  CHECK(json::parse(bodyOf(httpGet(port, "/status")))["node"] == "n0");
+  CHECK(httpGet(port, "/nowhere").find("404 Not Found") != std::string::npos);
+  const std::string metrics = bodyOf(httpGet(port, "/metrics"));
+  CHECK(metrics.find("consensusd_round{node=\"n0\"}") != std::string::npos);
+  const auto promtool = runProcess({"/usr/bin/promtool", "check", "metrics"}, metrics);
+  INFO(promtool.out << promtool.err);
+  CHECK(promtool.exitCode == 0);
 }
