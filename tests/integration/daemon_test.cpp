@@ -257,11 +257,15 @@ TEST_CASE("hostile traffic is dropped and counted by reason, and the node keeps 
   wrong.checksum ^= 1;
   impostor.send({bytesOf(consensusd::wire::encode(wrong)), payloadOf(values)});   // checksum
   stranger.send({bytesOf(consensusd::wire::encode(header)), payloadOf(values)});  // not_neighbor
+  auto replayed = header;  // a well-formed estimate of a long-gone round
+  replayed.round = 0;
+  REQUIRE(waitFor([&] { return roundOf(cluster, 0) > 10; }, 10s));
+  impostor.send({bytesOf(consensusd::wire::encode(replayed)), payloadOf(values)});  // stale
 
   const auto counted = [&] {
     const json rejects = ask(cluster, 0, {{"cmd", "status"}})["rejects"];
     for (const char* reason : {"frames", "magic", "dimension", "sender", "topology", "non_finite",
-                               "checksum", "not_neighbor"}) {
+                               "checksum", "not_neighbor", "stale"}) {
       if (!rejects.contains(reason)) return false;
     }
     return true;
