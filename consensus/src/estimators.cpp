@@ -61,11 +61,11 @@ Duration ArrivalHistory::expectedRoundTime(std::size_t m) const {
   return expectedRoundTimes(all).at(std::min(m, neighbors_));
 }
 
-Duration ArrivalHistory::medianOffset(std::size_t slot) const {
+Duration ArrivalHistory::offsetQuantile(std::size_t slot, double q) const {
   std::vector<Duration> values;
-  for (const Round& round : rounds_)
-    values.push_back(round.censored[slot] ? cap_ : round.offsets[slot]);
-  return quantileOf(std::move(values), 0.5);
+  values.reserve(rounds_.size());
+  for (const Round& round : rounds_) values.push_back(round.censored[slot] ? cap_ : round.offsets[slot]);
+  return quantileOf(std::move(values), q);
 }
 
 Duration ArrivalHistory::pooledQuantile(double q) const {

@@ -538,8 +538,9 @@ class Runner {
       status->suspects += suspect ? 1 : 0;
       n.lastRound = engine_->newestRound(s);
       n.state = suspect ? "suspect" : n.lastRound >= engine_->round() - 1 ? "fresh" : "late";
-      n.medianArrivalMs =
-          std::chrono::duration<double, std::milli>(engine_->arrivals().medianOffset(s)).count();
+      const auto ms = [](Duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+      n.medianArrivalMs = ms(engine_->arrivals().offsetQuantile(s, 0.5));
+      n.p90ArrivalMs = ms(engine_->arrivals().offsetQuantile(s, 0.9));
       const auto& c = engine_->counters(s);
       n.onTime = c.onTime;
       n.late = c.late;
@@ -550,6 +551,7 @@ class Runner {
       status->neighbors.push_back(n);
     }
     status->rejects = rejects_;
+    status->classHistogram = histogram_;
     if (sendDrops_ > 0) status->rejects["send_dropped"] = sendDrops_;
     status->history = history_;
     status->configYaml = config::toYaml(cfg_);

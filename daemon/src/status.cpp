@@ -9,6 +9,7 @@ nlohmann::json neighborsJson(const StatusSnapshot& status) {
                     {"state", n.state},
                     {"last_round", n.lastRound},
                     {"median_arrival_ms", n.medianArrivalMs},
+                    {"p90_arrival_ms", n.p90ArrivalMs},
                     {"on_time", n.onTime},
                     {"late", n.late},
                     {"stale", n.stale},
@@ -39,6 +40,7 @@ nlohmann::json toJson(const StatusSnapshot& status) {
           {"uptime_s", status.uptimeS},
           {"paused", status.paused},
           {"rejects", status.rejects},
+          {"class_histogram", status.classHistogram},
           {"neighbors", neighborsJson(status)}};
 }
 

@@ -21,6 +21,7 @@ struct NeighborStatus {
   std::string state;  // "fresh", "late", "suspect"
   std::int64_t lastRound = -1;
   double medianArrivalMs = 0;
+  double p90ArrivalMs = 0;
   std::uint64_t onTime = 0;
   std::uint64_t late = 0;
   std::uint64_t stale = 0;
@@ -49,6 +50,7 @@ struct StatusSnapshot {
   bool paused = false;
   std::vector<NeighborStatus> neighbors;
   std::map<std::string, std::uint64_t> rejects;  // by reason
+  std::vector<std::size_t> classHistogram;       // this node's training samples per class
   std::deque<nlohmann::json> history;            // recent round records
   std::string configYaml;                        // the effective config
 };

@@ -52,15 +52,16 @@ void printStatus(const nlohmann::json& s) {
 }
 
 void printNeighbors(const nlohmann::json& list) {
-  std::printf("%-10s %-8s %10s %10s %8s %6s %6s %6s %8s %7s\n", "neighbor", "state", "last round",
-              "median ms", "on time", "late", "stale", "dup", "rejected", "mixed");
+  std::printf("%-10s %-8s %10s %10s %8s %8s %6s %6s %6s %8s %7s\n", "neighbor", "state",
+              "last round", "median ms", "p90 ms", "on time", "late", "stale", "dup", "rejected",
+              "mixed");
   for (const auto& n : list) {
-    std::printf("%-10s %-8s %10lld %10.2f %8llu %6llu %6llu %6llu %8llu %7llu\n",
+    std::printf("%-10s %-8s %10lld %10.2f %8.2f %8llu %6llu %6llu %6llu %8llu %7llu\n",
                 n.value("id", "?").c_str(), n.value("state", "?").c_str(),
                 static_cast<long long>(n.value("last_round", -1LL)),
-                n.value("median_arrival_ms", 0.0), n.value("on_time", 0ULL), n.value("late", 0ULL),
-                n.value("stale", 0ULL), n.value("duplicate", 0ULL), n.value("rejected", 0ULL),
-                n.value("mixed", 0ULL));
+                n.value("median_arrival_ms", 0.0), n.value("p90_arrival_ms", 0.0),
+                n.value("on_time", 0ULL), n.value("late", 0ULL), n.value("stale", 0ULL),
+                n.value("duplicate", 0ULL), n.value("rejected", 0ULL), n.value("mixed", 0ULL));
   }
 }
 

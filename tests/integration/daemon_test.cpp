@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <zmq.hpp>
 
 #include "cluster.hpp"
@@ -100,6 +101,10 @@ TEST_CASE("status socket: every command, malformed and oversized requests") {
   CHECK(status["node"] == "n0");
   CHECK(status["degree"] == 0);
   CHECK(status["policy"] == "dynamic");
+  const auto histogram = status["class_histogram"].get<std::vector<std::size_t>>();
+  CHECK(histogram.size() == 2);
+  CHECK(std::accumulate(histogram.begin(), histogram.end(), std::size_t{0}) ==
+        10000);  // a single node holds all
   CHECK(ask(cluster, 0, {{"cmd", "neighbors"}})["neighbors"].empty());
   CHECK(ask(cluster, 0, {{"cmd", "history"}, {"n", 2}})["history"].size() == 2);
   CHECK(ask(cluster, 0, {{"cmd", "config"}})["config"].get<std::string>().find(

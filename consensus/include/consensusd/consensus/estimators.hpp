@@ -48,7 +48,9 @@ class ArrivalHistory {
   // one sort per recorded round for all m.
   std::vector<Duration> expectedRoundTimes(const std::vector<std::size_t>& slots) const;
   // Median offset of one neighbour (censored as `cap`).
-  Duration medianOffset(std::size_t slot) const;
+  Duration medianOffset(std::size_t slot) const { return offsetQuantile(slot, 0.5); }
+  // The q-quantile of one neighbour's offsets (censored as `cap`).
+  Duration offsetQuantile(std::size_t slot, double q) const;
   // The q-quantile of all offsets of all neighbours over the window.
   Duration pooledQuantile(double q) const;
   // Mean time blocked by the lead bound per round.
