@@ -64,7 +64,8 @@ Duration ArrivalHistory::expectedRoundTime(std::size_t m) const {
 Duration ArrivalHistory::offsetQuantile(std::size_t slot, double q) const {
   std::vector<Duration> values;
   values.reserve(rounds_.size());
-  for (const Round& round : rounds_) values.push_back(round.censored[slot] ? cap_ : round.offsets[slot]);
+  for (const Round& round : rounds_)
+    values.push_back(round.censored[slot] ? cap_ : round.offsets[slot]);
   return quantileOf(std::move(values), q);
 }
 

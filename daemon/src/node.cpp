@@ -538,7 +538,9 @@ class Runner {
       status->suspects += suspect ? 1 : 0;
       n.lastRound = engine_->newestRound(s);
       n.state = suspect ? "suspect" : n.lastRound >= engine_->round() - 1 ? "fresh" : "late";
-      const auto ms = [](Duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+      const auto ms = [](Duration d) {
+        return std::chrono::duration<double, std::milli>(d).count();
+      };
       n.medianArrivalMs = ms(engine_->arrivals().offsetQuantile(s, 0.5));
       n.p90ArrivalMs = ms(engine_->arrivals().offsetQuantile(s, 0.9));
       const auto& c = engine_->counters(s);
