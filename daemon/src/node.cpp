@@ -32,6 +32,8 @@ using consensus::Time;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kHistory = 200;  // round records kept for `history`
+// A snapshot copies the history: after rounds (1000/s here), publish at most this often.
+constexpr auto kStatusEvery = std::chrono::milliseconds(50);
 
 void notify(int fd) {
   const std::uint64_t one = 1;
@@ -301,8 +303,7 @@ class Runner {
   // have missed our estimate (not yet connected, restarted), so send it again.
   void welcome(std::size_t peer, Time t) {
     const auto heard = lastHeard_.find(peer);
-    const bool returning =
-        heard == lastHeard_.end() || t - heard->second > config::engineOptions(cfg_).peerTimeout;
+    const bool returning = heard == lastHeard_.end() || t - heard->second > peerTimeout_;
     lastHeard_[peer] = t;
     if (!returning) return;
     if (heard != lastHeard_.end()) spdlog::info("{} is back", topology_.node(peer).id);
@@ -424,6 +425,7 @@ class Runner {
       } else {
         answer = {{"ok", false}, {"error", "unknown command"}};
       }
+      publishStatus();  // the answer must not race ahead of the state it describes
       if (command.reply) command.reply(answer);
     }
   }
@@ -441,6 +443,7 @@ class Runner {
           config::readConfig(config::toYaml(cfg_), "<running config>", overrides);
       engine_->setPolicy(config::policySpec(updated));
       cfg_.consensus = updated.consensus;
+      configYaml_ = config::toYaml(cfg_);
       spdlog::info("policy changed to {} (from the next round)", cfg_.consensus.policy);
       return {{"ok", true}, {"policy", cfg_.consensus.policy}};
     } catch (const schema::InputError& e) {
@@ -556,7 +559,7 @@ class Runner {
     status->classHistogram = histogram_;
     if (sendDrops_ > 0) status->rejects["send_dropped"] = sendDrops_;
     status->history = history_;
-    status->configYaml = config::toYaml(cfg_);
+    status->configYaml = configYaml_;
     board_.publish(std::move(status));
   }
 
@@ -564,8 +567,7 @@ class Runner {
     if (!cfg_.log.metricsFile.empty()) {
       metrics_ = std::make_unique<std::ofstream>(cfg_.log.metricsFile, std::ios::app);
     }
-    const Duration helloEvery =
-        std::chrono::duration_cast<Duration>(config::engineOptions(cfg_).peerTimeout / 3);
+    const Duration helloEvery = std::chrono::duration_cast<Duration>(peerTimeout_ / 3);
     const Duration progressEvery = std::chrono::duration_cast<Duration>(
         std::chrono::duration<double>(cfg_.log.progressEveryS));
     Time nextHello{};
@@ -584,16 +586,17 @@ class Runner {
       }
       handleCommands();
       if (stopping_) break;
-      if (auto record = engine_->tryFinish(t)) {
-        onRecord(*record);
-        for (const consensus::Decision& d : engine_->takeDecisions()) {
-          sendControl(wire::Kind::Decision, d.round, d.used ? 1 : 0, d.node);
-        }
-        publishStatus();
-        continue;
-      }
-      for (const consensus::Decision& d : engine_->takeDecisions()) {
+      const auto record = engine_->tryFinish(t);
+      for (const consensus::Decision& d : engine_->takeDecisions()) {  // symmetric mixing
         sendControl(wire::Kind::Decision, d.round, d.used ? 1 : 0, d.node);
+      }
+      if (record) {
+        onRecord(*record);
+        if (t >= nextStatus_) {
+          publishStatus();
+          nextStatus_ = t + kStatusEvery;
+        }
+        continue;
       }
       if (!paused_) {
         if (auto start = engine_->tryStart(t)) {
@@ -686,6 +689,10 @@ class Runner {
   std::map<std::size_t, zmq::socket_t> dealers_;
   std::map<std::string, std::size_t> peerIndex_;
   std::map<std::size_t, Time> lastHeard_;
+  // Derived once from the config, not per message or per round.
+  Duration peerTimeout_ = config::engineOptions(cfg_).peerTimeout;
+  std::string configYaml_ = config::toYaml(cfg_);
+  Time nextStatus_{};  // snapshots after rounds: at most every kStatusEvery
   std::shared_ptr<std::vector<Scalar>> lastPayload_;
   std::array<std::byte, wire::kHeaderSize> lastHeader_{};
   Vector aligned_;
