@@ -237,9 +237,14 @@ std::optional<RoundRecord> RoundEngine<Scalar>::tryFinish(Time now) {
       outgoingDecisions_.push_back({slot.node, round_, usable(slot, round_) != nullptr});
   }
   if (phase_ != Phase::Deciding) return std::nullopt;
+  // A neighbour already past this round (it skipped it) will never decide on
+  // it: its messages arrive in order, so a later round without a decision
+  // means none is coming, and the edge does not count.
   bool complete = true;
   for (const Slot& slot : slots_) {
-    if (usable(slot, round_) != nullptr && slot.decisions.count(round_) == 0) complete = false;
+    if (usable(slot, round_) != nullptr && slot.decisions.count(round_) == 0 &&
+        slot.newestRound <= round_)
+      complete = false;
   }
   if (!complete && now < roundStart_ + options_.hardDeadline) return std::nullopt;
   return finish(now, *decidedReason_);

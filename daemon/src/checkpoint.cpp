@@ -17,7 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'C', 'N', 'S', 'D', 'C', 'K', 'P', '1'};
-constexpr std::size_t kHeaderBytes = 8 + 8 + 8 + 4 + 4 + 8 + 4;  // magic .. reserved, see save()
+constexpr std::size_t kHeaderBytes = 8 + 8 + 8 + 4 + 4 + 8 + 4;  // magic .. vectors, see save()
 
 template <class T>
 void append(std::vector<std::byte>& out, T value) {
@@ -87,8 +87,12 @@ std::string CheckpointStore::save(const Checkpoint& checkpoint) {
   append(bytes, checkpoint.node);
   append(bytes, static_cast<std::uint32_t>(checkpoint.dtype));
   append(bytes, checkpoint.dimension);
-  append(bytes, static_cast<std::uint32_t>(0));  // reserved
+  if (!checkpoint.velocity.empty() && checkpoint.velocity.size() != checkpoint.params.size())
+    throw std::invalid_argument("checkpoint velocity and parameters differ in size");
+  // Vectors that follow the header: the parameters, then the velocity if any.
+  append(bytes, static_cast<std::uint32_t>(checkpoint.velocity.empty() ? 1 : 2));
   bytes.insert(bytes.end(), checkpoint.params.begin(), checkpoint.params.end());
+  bytes.insert(bytes.end(), checkpoint.velocity.begin(), checkpoint.velocity.end());
   append(bytes, wire::checksum(bytes.data(), bytes.size()));
 
   char name[40];
@@ -130,14 +134,20 @@ CheckpointStore::Loaded CheckpointStore::loadNewest(const Checkpoint& expect) co
       bytes.resize(raw.size());
       std::memcpy(bytes.data(), raw.data(), raw.size());
     }
-    const std::size_t paramBytes = expect.dimension * wire::bytesPer(expect.dtype);
-    if (bytes.size() != kHeaderBytes + paramBytes + 4) {
-      reject("size " + std::to_string(bytes.size()) + ", expected " +
-             std::to_string(kHeaderBytes + paramBytes + 4));
+    if (bytes.size() < kHeaderBytes + 4) {
+      reject("truncated: size " + std::to_string(bytes.size()));
       continue;
     }
     if (std::memcmp(bytes.data(), kMagic, 8) != 0) {
       reject("not a consensusd checkpoint");
+      continue;
+    }
+    const std::size_t paramBytes = expect.dimension * wire::bytesPer(expect.dtype);
+    // Files of the first format wrote 0 here and held the parameters only.
+    const auto vectors = std::max<std::uint32_t>(1, read<std::uint32_t>(bytes, 40));
+    const std::size_t expected = kHeaderBytes + vectors * paramBytes + 4;
+    if (vectors > 2 || bytes.size() != expected) {
+      reject("size " + std::to_string(bytes.size()) + ", expected " + std::to_string(expected));
       continue;
     }
     const auto stored = read<std::uint32_t>(bytes, bytes.size() - 4);
@@ -156,8 +166,10 @@ CheckpointStore::Loaded CheckpointStore::loadNewest(const Checkpoint& expect) co
       reject("written for another topology, node, dtype or model");
       continue;
     }
-    checkpoint.params.assign(bytes.begin() + static_cast<std::ptrdiff_t>(kHeaderBytes),
-                             bytes.end() - 4);
+    const auto first = bytes.begin() + static_cast<std::ptrdiff_t>(kHeaderBytes);
+    const auto second = first + static_cast<std::ptrdiff_t>(paramBytes);
+    checkpoint.params.assign(first, second);
+    if (vectors == 2) checkpoint.velocity.assign(second, bytes.end() - 4);
     loaded.checkpoint = std::move(checkpoint);
     loaded.path = path.string();
     return loaded;

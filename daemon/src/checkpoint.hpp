@@ -1,8 +1,9 @@
 #pragma once
 // Durable checkpoints (DESIGN.md §11): one file per saved round,
 // `round-<R>.ckpt`, written atomically (temp file, fsync, rename, fsync the
-// folder) with a CRC over header and parameters; the newest `keep` files are
-// kept. Loading takes the newest file that verifies and reports the others.
+// folder) with a CRC over header, parameters and (with momentum) the
+// velocity; the newest `keep` files are kept. Loading takes the newest file that verifies and
+// reports the others.
 
 #include <cstddef>
 #include <cstdint>
@@ -20,7 +21,8 @@ struct Checkpoint {
   std::uint32_t node = 0;
   wire::Dtype dtype = wire::Dtype::Float32;
   std::uint64_t dimension = 0;
-  std::vector<std::byte> params;  // dimension x bytesPer(dtype)
+  std::vector<std::byte> params;    // dimension x bytesPer(dtype)
+  std::vector<std::byte> velocity;  // momentum velocity, same size; empty without momentum
 };
 
 class CheckpointStore {

@@ -187,6 +187,22 @@ class Runner {
   }
 
  private:
+  // An estimate on its way out: header and the round's shared payload.
+  struct Outgoing {
+    Time due{};
+    std::array<std::byte, wire::kHeaderSize> header{};
+    std::shared_ptr<std::vector<Scalar>> payload;
+  };
+  // One per out-neighbour: its DEALER and what did not fit in its queue yet.
+  // Nothing is lost to a momentarily full queue, and memory stays bounded: one
+  // estimate (the newest) and at most kMaxPendingControls control messages.
+  struct Link {
+    zmq::socket_t dealer;
+    std::optional<Outgoing> estimate;
+    std::deque<std::array<std::byte, wire::kHeaderSize>> controls;
+  };
+  static constexpr std::size_t kMaxPendingControls = 64;
+
   Time now() const { return std::chrono::duration_cast<Time>(Clock::now() - started_); }
 
   void loadData() {
@@ -218,6 +234,15 @@ class Runner {
     router_.set(zmq::sockopt::linger, 0);
     router_.set(zmq::sockopt::heartbeat_ivl, 1000);
     router_.set(zmq::sockopt::heartbeat_timeout, 5000);
+    // What never reaches recv: junk that fails the ZMTP handshake, and
+    // connections ZeroMQ closes (a frame over MAXMSGSIZE ends here).
+    const std::string monitorEndpoint = "inproc://router-monitor";
+    if (zmq_socket_monitor(router_.handle(), monitorEndpoint.c_str(),
+                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_DISCONNECTED) != 0)
+      throw zmq::error_t();
+    monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
+    monitor_.connect(monitorEndpoint);
     try {
       router_.bind(topology_.node(self_).endpoint);
     } catch (const zmq::error_t& e) {
@@ -234,7 +259,7 @@ class Runner {
       dealer.set(zmq::sockopt::reconnect_ivl, 100);
       dealer.set(zmq::sockopt::reconnect_ivl_max, 2000);
       dealer.connect(topology_.node(out.index).endpoint);
-      dealers_.emplace(out.index, std::move(dealer));
+      links_.emplace(out.index, Link{std::move(dealer), {}, {}});
     }
     for (const topology::Neighbor& in : topology_.inNeighbors(self_)) {
       peerIndex_[topology_.node(in.index).id] = in.index;
@@ -252,9 +277,15 @@ class Runner {
     for (const std::string& why : loaded.rejected) spdlog::warn("checkpoint rejected: {}", why);
     Vector params = worker_->initialParams(static_cast<std::uint64_t>(cfg_.model.initSeed));
     std::int64_t firstRound = 0;
+    Vector velocity;
     if (loaded.checkpoint) {
       std::memcpy(params.data(), loaded.checkpoint->params.data(),
                   loaded.checkpoint->params.size());
+      if (!loaded.checkpoint->velocity.empty()) {
+        velocity.resize(params.size());
+        std::memcpy(velocity.data(), loaded.checkpoint->velocity.data(),
+                    loaded.checkpoint->velocity.size());
+      }
       firstRound = loaded.checkpoint->round;
       lastCheckpoint_ = firstRound;
       spdlog::info("resumed from {} (round {})", loaded.path, firstRound);
@@ -262,12 +293,14 @@ class Runner {
     engine_ = std::make_unique<consensus::RoundEngine<Scalar>>(
         topology_, self_, config::engineOptions(cfg_), config::schedule(cfg_), cfg_.train.momentum,
         std::move(params), now(), firstRound);
+    if (velocity.size() > 0 && cfg_.train.momentum > 0) engine_->restoreVelocity(velocity);
   }
 
   // One buffer per round, shared by every neighbour's send (zero-copy): each
   // message holds a reference, the last send to complete frees it.
   void publish(std::int64_t round, const Vector& params) {
-    lastPayload_ =
+    Outgoing out;
+    out.payload =
         std::make_shared<std::vector<Scalar>>(params.data(), params.data() + params.size());
     wire::Header header;
     header.kind = wire::Kind::Estimate;
@@ -277,26 +310,62 @@ class Runner {
     header.dimension = dimension_;
     header.topologyHash = topology_.hash();
     header.payloadBytes = dimension_ * sizeof(Scalar);
-    header.checksum = wire::checksum(lastPayload_->data(), header.payloadBytes);
+    header.checksum = wire::checksum(out.payload->data(), header.payloadBytes);
     header.sentNs = now().count();
-    lastHeader_ = wire::encode(header);
-    for (auto& [node, dealer] : dealers_) sendEstimate(dealer);
+    out.header = wire::encode(header);
+    if (linkDelay_ > Duration::zero()) {  // emulated slow links (straggler.link_delay_ms)
+      out.due = now() + linkDelay_;
+      delayed_.push_back(std::move(out));
+      return;
+    }
+    sendToAll(std::move(out));
   }
 
-  void sendEstimate(zmq::socket_t& dealer) {
-    if (!lastPayload_) return;
-    auto* hint = new std::shared_ptr<std::vector<Scalar>>(lastPayload_);
+  void sendToAll(Outgoing out) {
+    lastSent_ = std::move(out);
+    for (auto& [node, link] : links_) queueEstimate(link, *lastSent_);
+  }
+
+  void sendDue(Time t) {
+    while (!delayed_.empty() && delayed_.front().due <= t) {
+      sendToAll(std::move(delayed_.front()));
+      delayed_.pop_front();
+    }
+  }
+
+  // Only the newest estimate matters: it replaces one still waiting for room.
+  void queueEstimate(Link& link, const Outgoing& out) {
+    if (link.estimate) ++sendCounters_["send_superseded"];
+    link.estimate = out;
+    flush(link);
+  }
+
+  // Sends what waits on `link` until its queue is full (never blocks).
+  void flush(Link& link) {
+    while (!link.controls.empty()) {
+      if (!trySend(link.dealer, link.controls.front(), zmq::message_t())) return;
+      link.controls.pop_front();
+    }
+    if (!link.estimate) return;
+    auto* hint = new std::shared_ptr<std::vector<Scalar>>(link.estimate->payload);
     zmq::message_t payload((*hint)->data(), (*hint)->size() * sizeof(Scalar),
                            [](void* /*data*/, void* h) {
                              delete static_cast<std::shared_ptr<std::vector<Scalar>>*>(h);
                            },
                            hint);
-    if (!dealer.send(zmq::buffer(lastHeader_),
-                     zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
-      ++sendDrops_;  // queue full or peer not connected: the round goes on
-      return;
+    if (trySend(link.dealer, link.estimate->header, std::move(payload))) {
+      link.estimate.reset();
+    } else {
+      ++sendCounters_["send_deferred"];
     }
-    dealer.send(payload, zmq::send_flags::dontwait);
+  }
+
+  static bool trySend(zmq::socket_t& dealer, const std::array<std::byte, wire::kHeaderSize>& header,
+                      zmq::message_t payload) {
+    // The high-water mark is checked on the first frame only: the second cannot fail on it.
+    if (!dealer.send(zmq::buffer(header), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+      return false;
+    return dealer.send(payload, zmq::send_flags::dontwait).has_value();
   }
 
   // A neighbour heard for the first time, or again after a silence: it may
@@ -307,10 +376,33 @@ class Runner {
     lastHeard_[peer] = t;
     if (!returning) return;
     if (heard != lastHeard_.end()) spdlog::info("{} is back", topology_.node(peer).id);
-    if (const auto dealer = dealers_.find(peer); dealer != dealers_.end())
-      sendEstimate(dealer->second);
+    resendTo(peer);
   }
 
+  void resendTo(std::size_t peer) {
+    if (const auto link = links_.find(peer); link != links_.end() && lastSent_)
+      queueEstimate(link->second, *lastSent_);
+  }
+
+  // A neighbour whose keep-alives report the same round twice in a row is
+  // stuck; if our newest estimate is one it can use, it may have been lost
+  // with a dropped connection: send it again (at most once per keep-alive).
+  void onKeepAliveRound(std::size_t peer, std::int64_t round) {
+    const auto [previous, fresh] = helloRounds_.try_emplace(peer, round);
+    if (fresh) return;
+    const bool stuck = previous->second == round;
+    previous->second = round;
+    if (stuck && lastSent_ && lastSentRound() >= round - cfg_.consensus.staleness) resendTo(peer);
+  }
+
+  std::int64_t lastSentRound() const {
+    std::int64_t round = 0;
+    std::memcpy(&round, lastSent_->header.data() + 16, sizeof round);
+    return round;
+  }
+
+  // HELLO goes out only if there is room (another follows soon); DECISION and
+  // BYE wait in the link's bounded queue.
   void sendControl(wire::Kind kind, std::int64_t round = 0, std::uint64_t flags = 0,
                    std::optional<std::size_t> only = {}) {
     wire::Header header;
@@ -323,11 +415,18 @@ class Runner {
     header.flags = flags;
     header.sentNs = now().count();
     const auto bytes = wire::encode(header);
-    for (auto& [node, dealer] : dealers_) {
+    for (auto& [node, link] : links_) {
       if (only && *only != node) continue;
-      if (dealer.send(zmq::buffer(bytes), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
-        dealer.send(zmq::message_t(), zmq::send_flags::dontwait);
+      if (kind == wire::Kind::Hello) {
+        if (link.controls.empty() && !link.estimate) trySend(link.dealer, bytes, zmq::message_t());
+        continue;
       }
+      if (link.controls.size() >= kMaxPendingControls) {
+        link.controls.pop_front();
+        ++sendCounters_["send_dropped"];
+      }
+      link.controls.push_back(bytes);
+      flush(link);
     }
   }
 
@@ -402,9 +501,25 @@ class Runner {
         case wire::Kind::Bye:
           // A keep-alive: the engine hears from the peer without an estimate.
           engine_->onKeepAlive(*from, h.round, now());
+          if (h.kind == wire::Kind::Hello) onKeepAliveRound(*from, h.round);
           if (h.kind == wire::Kind::Bye) spdlog::info("{} said goodbye", topology_.node(*from).id);
           break;
       }
+    }
+  }
+
+  void receiveEvents() {
+    std::vector<zmq::message_t> frames;
+    while (zmq::recv_multipart(monitor_, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
+      std::uint16_t event = 0;
+      if (!frames.empty() && frames[0].size() >= sizeof event)
+        std::memcpy(&event, frames[0].data(), sizeof event);
+      if (event == ZMQ_EVENT_DISCONNECTED) {
+        ++rejects_["connection_closed"];
+      } else {
+        reject(std::nullopt, wire::Reject::Handshake);
+      }
+      frames.clear();
     }
   }
 
@@ -458,8 +573,12 @@ class Runner {
     checkpoint.node = static_cast<std::uint32_t>(self_);
     checkpoint.dtype = dtype();
     checkpoint.dimension = dimension_;
-    const auto* bytes = reinterpret_cast<const std::byte*>(engine_->params().data());
-    checkpoint.params.assign(bytes, bytes + dimension_ * sizeof(Scalar));
+    const auto bytesOf = [this](const Vector& v) {
+      const auto* bytes = reinterpret_cast<const std::byte*>(v.data());
+      return std::vector<std::byte>(bytes, bytes + dimension_ * sizeof(Scalar));
+    };
+    checkpoint.params = bytesOf(engine_->params());
+    if (cfg_.train.momentum > 0) checkpoint.velocity = bytesOf(engine_->velocity());
     std::string path = checkpoints_.save(checkpoint);
     lastCheckpoint_ = checkpoint.round;
     spdlog::info("checkpoint {} (round {})", path, checkpoint.round);
@@ -557,7 +676,7 @@ class Runner {
     }
     status->rejects = rejects_;
     status->classHistogram = histogram_;
-    if (sendDrops_ > 0) status->rejects["send_dropped"] = sendDrops_;
+    for (const auto& [name, count] : sendCounters_) status->rejects[name] = count;
     status->history = history_;
     status->configYaml = configYaml_;
     board_.publish(std::move(status));
@@ -576,6 +695,7 @@ class Runner {
 
     while (!stopping_) {
       Time t = now();
+      sendDue(t);
       if (t >= nextHello) {
         sendControl(wire::Kind::Hello, engine_->round());
         nextHello = t + helloEvery;
@@ -621,14 +741,27 @@ class Runner {
 
       Time wake = std::min(nextHello, nextProgress);
       if (auto next = engine_->nextWakeup(t)) wake = std::min(wake, *next);
+      if (!delayed_.empty()) wake = std::min(wake, delayed_.front().due);
       const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
           wake - now() + std::chrono::microseconds(999));
-      zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
-                                 {nullptr, worker_->readyFd(), ZMQ_POLLIN, 0},
-                                 {nullptr, signalFd_, ZMQ_POLLIN, 0},
-                                 {nullptr, wakeFd_, ZMQ_POLLIN, 0}};
-      zmq::poll(items, 4, std::max(timeout, std::chrono::milliseconds(0)));
+      // Links with something waiting are polled for room in their queue.
+      std::vector<zmq::pollitem_t> items = {{router_.handle(), 0, ZMQ_POLLIN, 0},
+                                            {nullptr, worker_->readyFd(), ZMQ_POLLIN, 0},
+                                            {nullptr, signalFd_, ZMQ_POLLIN, 0},
+                                            {nullptr, wakeFd_, ZMQ_POLLIN, 0},
+                                            {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
+      std::vector<Link*> waiting;
+      for (auto& [node, link] : links_) {
+        if (!link.estimate && link.controls.empty()) continue;
+        items.push_back({link.dealer.handle(), 0, ZMQ_POLLOUT, 0});
+        waiting.push_back(&link);
+      }
+      zmq::poll(items, std::max(timeout, std::chrono::milliseconds(0)));
       if (items[0].revents & ZMQ_POLLIN) receive();
+      if (items[4].revents & ZMQ_POLLIN) receiveEvents();
+      for (std::size_t w = 0; w < waiting.size(); ++w) {
+        if (items[5 + w].revents & ZMQ_POLLOUT) flush(*waiting[w]);
+      }
       if (items[2].revents & ZMQ_POLLIN) {
         signalfd_siginfo info{};
         [[maybe_unused]] const ssize_t n = ::read(signalFd_, &info, sizeof info);
@@ -657,11 +790,13 @@ class Runner {
                                     {"accuracy", final.accuracy},
                                     {"test_loss", final.loss},
                                     {"rejects", rejects_},
-                                    {"send_dropped", sendDrops_}};
+                                    {"sends", sendCounters_}};
     if (metrics_) *metrics_ << summary.dump() << '\n';
     publishStatus();
     worker_.reset();
-    dealers_.clear();
+    links_.clear();
+    zmq_socket_monitor(router_.handle(), nullptr, 0);
+    monitor_.close();
     router_.close();
     spdlog::info("stopped at round {}: test accuracy {:.4f}, rejects {}", engine_->round(),
                  final.accuracy, nlohmann::json(rejects_).dump());
@@ -686,21 +821,25 @@ class Runner {
 
   zmq::context_t context_{1};
   zmq::socket_t router_;
-  std::map<std::size_t, zmq::socket_t> dealers_;
+  zmq::socket_t monitor_;  // the router's connection events
+  std::map<std::size_t, Link> links_;
+  std::map<std::size_t, std::int64_t> helloRounds_;  // last keep-alive round per neighbour
   std::map<std::string, std::size_t> peerIndex_;
   std::map<std::size_t, Time> lastHeard_;
   // Derived once from the config, not per message or per round.
   Duration peerTimeout_ = config::engineOptions(cfg_).peerTimeout;
   std::string configYaml_ = config::toYaml(cfg_);
   Time nextStatus_{};  // snapshots after rounds: at most every kStatusEvery
-  std::shared_ptr<std::vector<Scalar>> lastPayload_;
-  std::array<std::byte, wire::kHeaderSize> lastHeader_{};
+  Duration linkDelay_ = std::chrono::duration_cast<Duration>(
+      std::chrono::duration<double, std::milli>(cfg_.straggler.linkDelayMs));
+  std::deque<Outgoing> delayed_;      // estimates held back by link_delay_ms, oldest first
+  std::optional<Outgoing> lastSent_;  // re-sent to a neighbour that comes back
   Vector aligned_;
 
   std::map<std::string, std::uint64_t> rejects_;
   std::map<std::size_t, std::uint64_t> peerRejects_;
   std::set<std::string> loggedRejects_;
-  std::uint64_t sendDrops_ = 0;
+  std::map<std::string, std::uint64_t> sendCounters_;  // send_deferred, send_superseded, ...
   bool stopping_ = false;
   bool paused_ = false;
   std::optional<std::pair<std::int64_t, data::Evaluation>> pendingEvaluation_;

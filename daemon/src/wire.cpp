@@ -146,6 +146,8 @@ const char* toString(Reject reason) {
       return "stale";
     case Reject::Duplicate:
       return "duplicate";
+    case Reject::Handshake:
+      return "handshake";
   }
   return "?";
 }

@@ -57,8 +57,8 @@ enum class Reject {
   NonFinite,
   Stale,
   Duplicate,
+  Handshake,  // the connection failed the ZMTP handshake (junk bytes, another mechanism)
 };
-inline constexpr std::size_t kRejectKinds = 15;
 const char* toString(Reject reason);
 
 struct Expectation {

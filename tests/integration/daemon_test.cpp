@@ -354,3 +354,143 @@ TEST_CASE("HTTP on loopback: /healthz, /status, and /metrics that promtool accep
   INFO(promtool.out << promtool.err);
   CHECK(promtool.exitCode == 0);
 }
+
+namespace {
+
+std::vector<json> metricsOf(const Cluster& cluster, std::size_t i) {
+  std::ifstream in(cluster.path(Cluster::id(i) + ".jsonl"));
+  std::vector<json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+  return lines;
+}
+
+std::string readBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::string endpointOf(const Cluster& cluster, std::size_t i) {
+  const std::string text = readBytes(cluster.path("topology.yaml"));
+  std::size_t at = 0;
+  for (std::size_t k = 0; k <= i; ++k) at = text.find("tcp://", at + (k > 0 ? 1 : 0));
+  return text.substr(at, text.find('"', at) - at);
+}
+
+// Raw bytes over plain TCP (not ZMTP) to `endpoint` ("tcp://127.0.0.1:PORT").
+void sendRawTcp(const std::string& endpoint, const std::string& bytes) {
+  const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  ::close(fd);
+}
+
+}  // namespace
+
+TEST_CASE("traffic from outside the topology changes nothing: parameters match a clean run") {
+  // With policy all, mix_round same and no skipping every round averages exactly
+  // the neighbour's estimate of that round: two runs end with identical bytes.
+  // Long timeouts: n0 waits for n1 instead of marking it suspect.
+  const auto options =
+      with(kFast, {"train.rounds=400", "consensus.policy=all", "consensus.mix_round=same",
+                   "consensus.round_skipping=false", "checkpoint.every_rounds=0",
+                   "consensus.peer_timeout_ms=60000", "consensus.hard_deadline_ms=60000"});
+  const auto finalParams = [&](bool hostile) {
+    Cluster cluster(2, options);
+    cluster.start(0);
+    REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+    if (hostile) {
+      const std::string endpoint = endpointOf(cluster, 0);
+      // A well-formed estimate from a node that is not in the topology.
+      const std::uint64_t dimension = 21;
+      std::vector<float> values(dimension, 100.0f);
+      consensusd::wire::Header header;
+      header.kind = consensusd::wire::Kind::Estimate;
+      header.sender = 1;
+      header.dimension = dimension;
+      header.payloadBytes = dimension * 4;
+      header.checksum = consensusd::wire::checksum(values.data(), dimension * 4);
+      const std::string payload(reinterpret_cast<const char*>(values.data()), dimension * 4);
+      Intruder stranger(endpoint, "n9");
+      for (std::int64_t round = 0; round < 5; ++round) {
+        header.round = round;
+        stranger.send({bytesOf(consensusd::wire::encode(header)), payload});
+      }
+      // Junk that is not ZeroMQ at all, and a ZMTP greeting with a bogus mechanism.
+      sendRawTcp(endpoint, std::string(4096, '\x5a'));
+      std::string greeting(64, '\0');
+      greeting[0] = '\xff';
+      greeting[9] = '\x7f';
+      greeting[10] = '\x03';
+      greeting.replace(12, 5, "BOGUS");
+      sendRawTcp(endpoint, greeting);
+      // An oversized frame: libzmq drops the connection before allocating it.
+      Intruder giant(endpoint, "n8");
+      giant.send({bytesOf(consensusd::wire::encode(header)), std::string(1 << 20, '\0')});
+      const auto counted = [&] {
+        const json rejects = ask(cluster, 0, {{"cmd", "status"}})["rejects"];
+        return rejects.value("not_neighbor", 0) >= 5 && rejects.value("handshake", 0) >= 1 &&
+               rejects.value("connection_closed", 0) >= 1;
+      };
+      const bool seen = waitFor(counted, 10s);
+      INFO(ask(cluster, 0, {{"cmd", "status"}})["rejects"].dump());
+      CHECK(seen);
+    }
+    cluster.start(1);
+    REQUIRE(cluster.child(0).wait(60s) == 0);
+    REQUIRE(cluster.child(1).wait(10s) == 0);
+    return readBytes(cluster.path("ckpt-n0/round-000000000400.ckpt"));
+  };
+  const std::string clean = finalParams(false);
+  REQUIRE(clean.size() > 100);
+  CHECK(finalParams(true) == clean);
+}
+
+TEST_CASE("symmetric mixing over the wire: decisions flow and the ring trains") {
+  Cluster cluster(
+      3, with(kFast, {"train.rounds=300", "consensus.mix=symmetric", "consensus.policy=static",
+                      "consensus.backups=1", "train.eval_every_rounds=100"}));
+  cluster.startAll();
+  for (std::size_t i = 0; i < 3; ++i) REQUIRE(cluster.child(i).wait(60s) == 0);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const std::vector<json> lines = metricsOf(cluster, i);
+    REQUIRE(lines.size() > 2);
+    const json& last = lines.back();
+    INFO(last.dump());
+    CHECK(last["round"] == 300);
+    const auto evaluated = std::find_if(lines.begin(), lines.end(),
+                                        [](const json& l) { return l.contains("test_loss"); });
+    REQUIRE(evaluated != lines.end());
+    CHECK(last["test_loss"].get<double>() < (*evaluated)["test_loss"].get<double>() - 0.01);
+    // Only asynchrony (stale, duplicate) may be dropped; a DECISION is never a reject,
+    // and no round waited for a decision until the hard deadline.
+    for (const auto& [reason, count] : last["rejects"].items()) {
+      CHECK((reason == "stale" || reason == "duplicate" || reason == "connection_closed"));
+    }
+    double mixed = 0;
+    for (const json& line : lines) {
+      mixed += line.value("responders", 0.0);
+      CHECK(line.value("duration_ms", 0.0) < 5000);
+    }
+    CHECK(mixed > 0.3 * static_cast<double>(lines.size()));
+  }
+}
+
+TEST_CASE("straggler.link_delay_ms holds back a node's estimates") {
+  // n0 cannot finish round k before n1's estimate of k arrives (>= 100 ms after
+  // n1 started k), and n1 cannot start k before n0 finished k - 2: so two
+  // rounds take at least 100 ms, whatever the machine's load.
+  Cluster cluster(2, with(kFast, {"train.rounds=30", "consensus.policy=all"}));
+  cluster.start(0);
+  cluster.start(1, {"straggler.link_delay_ms=100"});
+  REQUIRE(cluster.child(0).wait(60s) == 0);
+  REQUIRE(cluster.child(1).wait(10s) == 0);
+  const std::vector<json> lines = metricsOf(cluster, 0);
+  REQUIRE(lines.size() >= 30);
+  const double span = lines[lines.size() - 2]["t"].get<double>() - lines.front()["t"].get<double>();
+  CHECK(span >= 1.3);
+}

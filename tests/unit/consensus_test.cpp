@@ -525,6 +525,25 @@ TEST_CASE("round skipping: a persistently slow node skips, its neighbours keep t
   }
 }
 
+TEST_CASE(
+    "symmetric mixing: a neighbour that moved past the round without deciding does not count") {
+  const Topology pair = graph("chain", 2);
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.mixMode = MixMode::Symmetric;
+  Engine a(pair, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Constant(1, 0.0), Time{});
+  REQUIRE(a.tryStart(ms(0)));
+  a.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(1));
+  const Eigen::VectorXd theirs = Eigen::VectorXd::Constant(1, 1.0);
+  a.onEstimate(1, 0, theirs.data(), ms(2));
+  CHECK_FALSE(a.tryFinish(ms(3)));  // waits for n1's decision on round 0
+  CHECK(a.phase() == Engine::Phase::Deciding);
+  a.onEstimate(1, 5, theirs.data(), ms(4));  // n1 skipped ahead: no decision is coming
+  const auto record = a.tryFinish(ms(4));
+  REQUIRE(record);
+  CHECK(record->responders.empty());
+  CHECK(a.params()[0] == 0.0);
+}
+
 TEST_CASE("symmetric mixing: an edge counts only when both ends used each other") {
   const Topology pair = graph("chain", 2);  // weights 1/2
   EngineOptions options = withPolicy(PolicyKind::All);

@@ -147,10 +147,13 @@ TEST_CASE("checkpoints: newest valid wins, torn or corrupt ones are reported and
   CHECK(loaded.rejected[0] == newest + ": checksum mismatch (torn or corrupt)");
 
   // Truncated: reported by size.
-  std::filesystem::resize_file(newest, 30);
+  std::filesystem::resize_file(newest, 50);
   loaded = store.loadNewest(checkpoint);
   CHECK(loaded.checkpoint->round == 200);
-  CHECK(loaded.rejected[0] == newest + ": size 30, expected 64");
+  CHECK(loaded.rejected[0] == newest + ": size 50, expected 64");
+  std::filesystem::resize_file(newest, 30);
+  loaded = store.loadNewest(checkpoint);
+  CHECK(loaded.rejected[0] == newest + ": truncated: size 30");
 
   // Another model: nothing valid, a fresh start.
   daemon::Checkpoint other = checkpoint;
@@ -158,6 +161,31 @@ TEST_CASE("checkpoints: newest valid wins, torn or corrupt ones are reported and
   loaded = store.loadNewest(other);
   CHECK_FALSE(loaded.checkpoint);
   CHECK(loaded.rejected.size() == 2);
+}
+
+TEST_CASE("checkpoints keep the momentum velocity next to the parameters") {
+  const TempDir dir;
+  daemon::CheckpointStore store(dir.path(), 2);
+  daemon::Checkpoint checkpoint;
+  checkpoint.round = 42;
+  checkpoint.dimension = 2;
+  checkpoint.dtype = wire::Dtype::Float64;
+  const auto bytesOf = [](double a, double b) {
+    std::vector<std::byte> bytes(16);
+    std::memcpy(bytes.data(), &a, 8);
+    std::memcpy(bytes.data() + 8, &b, 8);
+    return bytes;
+  };
+  checkpoint.params = bytesOf(1.5, -2.0);
+  checkpoint.velocity = bytesOf(0.25, 0.125);
+  store.save(checkpoint);
+  const auto loaded = store.loadNewest(checkpoint);
+  REQUIRE(loaded.checkpoint);
+  CHECK(loaded.checkpoint->params == bytesOf(1.5, -2.0));
+  CHECK(loaded.checkpoint->velocity == bytesOf(0.25, 0.125));
+
+  checkpoint.velocity.resize(8);  // a velocity must match the parameters
+  CHECK_THROWS_AS(store.save(checkpoint), std::invalid_argument);
 }
 
 TEST_CASE("status requests: reads answer at once, mutations need trust, junk gets an error") {

@@ -107,6 +107,10 @@ class RoundEngine {
   Phase phase() const { return phase_; }
   std::int64_t round() const { return round_; }
   const Vector& params() const { return params_; }
+  // The momentum velocity (zeros without momentum); checkpoints keep it so a
+  // restart does not reset momentum.
+  const Vector& velocity() const { return sgd_.velocity(); }
+  void restoreVelocity(const Eigen::Ref<const Vector>& velocity) { sgd_.setVelocity(velocity); }
   std::size_t degree() const { return slots_.size(); }
   std::size_t nodeOfSlot(std::size_t slot) const { return slots_[slot].node; }
   bool suspect(std::size_t slot, Time now) const;

@@ -43,6 +43,8 @@ class Sgd {
   }
 
   const Vector& velocity() const { return velocity_; }
+  // Restores the velocity of a checkpoint (same dimension).
+  void setVelocity(const Eigen::Ref<const Vector>& velocity) { velocity_ = velocity; }
 
  private:
   double momentum_;
