@@ -126,6 +126,9 @@ void checkLocal(const NodeConfig& config, const Origins& origins) {
            "from_round (" + std::to_string(config.straggler.fromRound) + ") is after to_round (" +
                std::to_string(config.straggler.toRound) + ")");
   }
+  if (config.model.kind == "none" && config.model.dimension < 1) {
+    failAt(origins, "model.kind", "kind: none needs model.dimension >= 1");
+  }
   if (config.model.kind == "mlp" && config.model.hidden.empty()) {
     failAt(origins, "model.hidden", "kind: mlp needs 1 or 2 hidden layer widths");
   }

@@ -26,8 +26,10 @@ data::PartitionOptions partitionOptions(const NodeConfig& config, std::size_t no
 }
 
 data::ModelOptions modelOptions(const NodeConfig& config, const data::Dataset& train) {
+  const auto kind = data::parseModelKind(config.model.kind);
+  if (!kind) throw data::DataError("model.kind " + config.model.kind + " has nothing to train");
   data::ModelOptions options;
-  options.kind = *data::parseModelKind(config.model.kind);
+  options.kind = *kind;
   options.inputs = train.dimension();
   options.classes = static_cast<std::size_t>(std::max(train.classes, 0));
   if (options.kind == data::ModelKind::Mlp) {

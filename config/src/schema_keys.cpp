@@ -177,7 +177,11 @@ std::vector<Key> makeKeys() {
               "Seed of the partition; must be the same on every node."),
 
       choice("model.kind", CONSENSUSD_FIELD(model.kind),
-             {"least-squares", "logistic", "softmax", "mlp"}, "Model to train."),
+             {"least-squares", "logistic", "softmax", "mlp", "none"},
+             "Model to train; none = no model, zero gradients on model.dimension parameters "
+             "(a round is the exchange alone: benchmarks)."),
+      integer("model.dimension", CONSENSUSD_FIELD(model.dimension), 0, 1LL << 31,
+              "Parameter count with kind: none."),
       integerList("model.hidden", CONSENSUSD_FIELD(model.hidden), 2, 1, 65536,
                   "Hidden layer widths with kind: mlp (1 or 2 layers)."),
       choice("model.dtype", CONSENSUSD_FIELD(model.dtype), {"float32", "float64"},

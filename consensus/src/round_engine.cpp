@@ -320,8 +320,9 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
            static_cast<std::size_t>(params_.size()));
   record.consensusDistance = static_cast<double>((params_ - mixed_).norm());
 
-  // Curvature along the path for L, then the step.
-  if (havePrevious_) {
+  // Curvature along the path for L (only the dynamic policy reads it: two
+  // passes over the parameters saved for the others), then the step.
+  if (havePrevious_ && options_.policy.kind == PolicyKind::Dynamic) {
     // (g_k - g_{k-1}) . (x_k - x_{k-1}) carries +eta sigma^2 / B from the
     // minibatch noise of g_{k-1}, which also moved x: take it out.
     const double noise = previousEta_ * previousVariance_ /

@@ -64,11 +64,15 @@ class ComputeWorker {
     std::optional<data::Evaluation> evaluation;
   };
 
-  ComputeWorker(const data::TrainTest& data, data::Dataset share, data::ModelOptions model,
+  // Without a model (kind: none) gradients are zeros of `dimension`: rounds
+  // measure the exchange alone.
+  ComputeWorker(const data::TrainTest& data, data::Dataset share,
+                const std::optional<data::ModelOptions>& model, std::size_t dimension,
                 std::size_t batchSize, std::uint64_t seed, consensus::StragglerSpec straggler)
       : data_(data),
         share_(std::move(share)),
-        model_(std::move(model)),
+        model_(model ? std::optional<data::Model<Scalar>>(*model) : std::nullopt),
+        dimension_(model_ ? model_->dimension() : dimension),
         sampler_(share_.size(), batchSize, seed),
         straggler_(straggler),
         readyFd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
@@ -87,10 +91,10 @@ class ComputeWorker {
   ComputeWorker& operator=(const ComputeWorker&) = delete;
 
   int readyFd() const { return readyFd_; }
-  std::size_t dimension() const { return model_.dimension(); }
+  std::size_t dimension() const { return dimension_; }
   Vector initialParams(std::uint64_t seed) const {
-    Vector params(static_cast<Eigen::Index>(model_.dimension()));
-    model_.initialize(params, seed);
+    Vector params = Vector::Zero(static_cast<Eigen::Index>(dimension_));
+    if (model_) model_->initialize(params, seed);
     return params;
   }
 
@@ -126,11 +130,13 @@ class ComputeWorker {
       const Clock::time_point start = Clock::now();
       Result result;
       result.round = job.round;
-      result.gradient.resize(job.params.size());
-      data::gather(share_, sampler_.next(), batch_);
-      result.loss = static_cast<double>(
-          model_.lossAndGradient(job.params, batch_, result.gradient, &result.stats));
-      if (job.evaluate) result.evaluation = model_.evaluate(job.params, data_.test);
+      result.gradient.setZero(job.params.size());
+      if (model_) {
+        data::gather(share_, sampler_.next(), batch_);
+        result.loss = static_cast<double>(
+            model_->lossAndGradient(job.params, batch_, result.gradient, &result.stats));
+        if (job.evaluate) result.evaluation = model_->evaluate(job.params, data_.test);
+      }
       const Duration delay = straggler_.extraDelay(job.round, Clock::now() - start);
 
       lock.lock();
@@ -144,7 +150,8 @@ class ComputeWorker {
 
   const data::TrainTest& data_;
   data::Dataset share_;
-  data::Model<Scalar> model_;
+  std::optional<data::Model<Scalar>> model_;
+  std::size_t dimension_;
   data::MinibatchSampler sampler_;
   data::Batch<Scalar> batch_;
   consensus::Straggler straggler_;
@@ -213,7 +220,10 @@ class Runner {
     histogram_ = data::classHistogram(data_.train, parts[self_]);
     spdlog::info("{}; this node holds {} training samples", data_.description, share.size());
     worker_ = std::make_unique<ComputeWorker<Scalar>>(
-        data_, std::move(share), config::modelOptions(cfg_, data_.train),
+        data_, std::move(share),
+        cfg_.model.kind == "none" ? std::nullopt
+                                  : std::optional(config::modelOptions(cfg_, data_.train)),
+        static_cast<std::size_t>(cfg_.model.dimension),
         static_cast<std::size_t>(cfg_.train.batchSize),
         static_cast<std::uint64_t>(cfg_.data.seed) * 7919u + self_, config::stragglerSpec(cfg_));
     dimension_ = worker_->dimension();
@@ -780,15 +790,17 @@ class Runner {
     }
     sendControl(wire::Kind::Bye);
     // A model of our own: the compute thread may still be busy with its.
-    data::Model<Scalar> model(config::modelOptions(cfg_, data_.train));
-    const data::Evaluation final = model.evaluate(engine_->params(), data_.test);
-    accuracy_ = final.accuracy;
-    testLoss_ = final.loss;
+    if (cfg_.model.kind != "none") {
+      data::Model<Scalar> model(config::modelOptions(cfg_, data_.train));
+      const data::Evaluation final = model.evaluate(engine_->params(), data_.test);
+      accuracy_ = final.accuracy;
+      testLoss_ = final.loss;
+    }
     const nlohmann::json summary = {{"final", true},
                                     {"round", engine_->round()},
                                     {"t", std::chrono::duration<double>(now()).count()},
-                                    {"accuracy", final.accuracy},
-                                    {"test_loss", final.loss},
+                                    {"accuracy", accuracy_},
+                                    {"test_loss", testLoss_},
                                     {"rejects", rejects_},
                                     {"sends", sendCounters_}};
     if (metrics_) *metrics_ << summary.dump() << '\n';
@@ -799,7 +811,7 @@ class Runner {
     monitor_.close();
     router_.close();
     spdlog::info("stopped at round {}: test accuracy {:.4f}, rejects {}", engine_->round(),
-                 final.accuracy, nlohmann::json(rejects_).dump());
+                 accuracy_, nlohmann::json(rejects_).dump());
   }
 
   const config::LoadedConfig& loaded_;

@@ -1,9 +1,12 @@
 #include "wire.hpp"
 
-#include <zlib.h>
-
+#include <array>
 #include <cmath>
 #include <cstring>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#include <nmmintrin.h>
+#endif
 
 namespace consensusd::wire {
 namespace {
@@ -27,13 +30,31 @@ T get(std::span<const std::byte> in, std::size_t at) {
   return static_cast<T>(bits);
 }
 
-template <class Scalar>
-bool allFinite(std::span<const std::byte> payload) {
-  // memcpy: a frame's bytes need not be aligned for Scalar (compiles to plain loads).
-  for (std::size_t at = 0; at + sizeof(Scalar) <= payload.size(); at += sizeof(Scalar)) {
-    Scalar value;
-    std::memcpy(&value, payload.data() + at, sizeof(Scalar));
-    if (!std::isfinite(value)) return false;
+// Inf and NaN are the values whose exponent bits are all set. `high` is that
+// mask on a 32-bit word holding the exponent (float: every word; double: the
+// upper word of each value, the lower words are compared against an impossible
+// pattern). Branch-free, 16 bytes per step with SSE2, any alignment.
+bool exponentsAllClear(std::span<const std::byte> payload, bool isDouble) {
+  const std::uint32_t high = isDouble ? 0x7ff00000u : 0x7f800000u;
+  std::size_t at = 0;
+#if defined(__x86_64__)
+  const __m128i mask = isDouble
+                           ? _mm_set_epi32(static_cast<int>(high), 0, static_cast<int>(high), 0)
+                           : _mm_set1_epi32(static_cast<int>(high));
+  const __m128i target =
+      isDouble ? _mm_set_epi32(static_cast<int>(high), 1, static_cast<int>(high), 1) : mask;
+  __m128i bad = _mm_setzero_si128();
+  for (; at + 16 <= payload.size(); at += 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(payload.data() + at));
+    bad = _mm_or_si128(bad, _mm_cmpeq_epi32(_mm_and_si128(v, mask), target));
+  }
+  if (_mm_movemask_epi8(bad) != 0) return false;
+#endif
+  const std::size_t step = isDouble ? 8 : 4;
+  for (; at + step <= payload.size(); at += step) {
+    std::uint32_t word = 0;
+    std::memcpy(&word, payload.data() + at + (isDouble ? 4 : 0), 4);  // little-endian
+    if ((word & high) == high) return false;
   }
   return true;
 }
@@ -44,16 +65,48 @@ std::size_t bytesPer(Dtype dtype) {
   return dtype == Dtype::Float64 ? 8 : 4;
 }
 
-std::uint32_t checksum(const void* data, std::size_t bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const auto* at = static_cast<const Bytef*>(data);
-  while (bytes > 0) {
-    const auto chunk = static_cast<uInt>(std::min<std::size_t>(bytes, 1u << 30));
-    crc = crc32(crc, at, chunk);
-    at += chunk;
-    bytes -= chunk;
+std::uint32_t crc32cPortable(std::uint32_t crc, const unsigned char* at, std::size_t bytes) {
+  static const auto table = [] {
+    std::array<std::uint32_t, 256> t{};
+    for (std::uint32_t i = 0; i < 256; ++i) {
+      std::uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1u) != 0 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  for (std::size_t i = 0; i < bytes; ++i) crc = table[(crc ^ at[i]) & 0xffu] ^ (crc >> 8);
+  return crc;
+}
+
+namespace {
+
+#if defined(__x86_64__)
+// SSE4.2's crc32 instruction: 8 bytes per step, several GB/s on one core.
+__attribute__((target("sse4.2"))) std::uint32_t crc32cHardware(std::uint32_t crc,
+                                                               const unsigned char* at,
+                                                               std::size_t bytes) {
+  std::uint64_t c = crc;
+  for (; bytes >= 8; bytes -= 8, at += 8) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, at, 8);
+    c = _mm_crc32_u64(c, word);
   }
-  return static_cast<std::uint32_t>(crc);
+  auto rest = static_cast<std::uint32_t>(c);
+  for (; bytes > 0; --bytes, ++at) rest = _mm_crc32_u8(rest, *at);
+  return rest;
+}
+#endif
+
+}  // namespace
+
+std::uint32_t checksum(const void* data, std::size_t bytes) {
+  const auto* at = static_cast<const unsigned char*>(data);
+#if defined(__x86_64__)
+  static const bool hardware = __builtin_cpu_supports("sse4.2");
+  if (hardware) return ~crc32cHardware(~0u, at, bytes);
+#endif
+  return ~crc32cPortable(~0u, at, bytes);
 }
 
 std::array<std::byte, kHeaderSize> encode(const Header& header) {
@@ -108,9 +161,7 @@ std::optional<Reject> validate(const Header& header, std::span<const std::byte> 
     return Reject::Length;
   }
   if (checksum(payload.data(), payload.size()) != header.checksum) return Reject::Checksum;
-  const bool finite =
-      expect.dtype == Dtype::Float64 ? allFinite<double>(payload) : allFinite<float>(payload);
-  if (!finite) return Reject::NonFinite;
+  if (!exponentsAllClear(payload, expect.dtype == Dtype::Float64)) return Reject::NonFinite;
   return std::nullopt;
 }
 

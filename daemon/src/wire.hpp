@@ -28,7 +28,7 @@ struct Header {
   Kind kind = Kind::Estimate;
   Dtype dtype = Dtype::Float32;
   std::uint32_t sender = 0;    // topology index
-  std::uint32_t checksum = 0;  // CRC-32 (zlib) of the payload
+  std::uint32_t checksum = 0;  // CRC-32C of the payload
   std::int64_t round = 0;
   std::uint64_t dimension = 0;
   std::uint64_t topologyHash = 0;
@@ -38,7 +38,10 @@ struct Header {
 };
 
 std::array<std::byte, kHeaderSize> encode(const Header& header);
+// CRC-32C (Castagnoli), with SSE4.2 where the CPU has it.
 std::uint32_t checksum(const void* data, std::size_t bytes);
+// The table-driven CRC-32C update (no final inversion), for other CPUs and tests.
+std::uint32_t crc32cPortable(std::uint32_t crc, const unsigned char* at, std::size_t bytes);
 
 // Why a message was dropped. Names appear in logs, status and metrics.
 enum class Reject {

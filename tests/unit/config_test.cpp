@@ -127,6 +127,8 @@ TEST_CASE("local cross-checks") {
         "c.yaml:7:15: timeout_ms must be below consensus.hard_deadline_ms (consensus.timeout_ms)");
   CHECK(readError(kMinimal + "model:\n  kind: mlp\n  hidden: []\n") ==
         "c.yaml:7:11: kind: mlp needs 1 or 2 hidden layer widths (model.hidden)");
+  CHECK(readError(kMinimal + "model:\n  kind: none\n") ==
+        "c.yaml:6:9: kind: none needs model.dimension >= 1 (model.kind)");
   CHECK(readError(kMinimal + "security:\n  curve: true\n") ==
         "c.yaml:6:10: security.curve needs security.secret_key_file (security.curve)");
   CHECK(readError(kMinimal + "status:\n  http: 0.0.0.0:9100\n") ==

@@ -104,6 +104,47 @@ TEST_CASE("wire: every malformed message has its reason") {
   CHECK(check(packet, expect) == "non_finite");
 }
 
+TEST_CASE("non-finite values are caught wherever they sit, float64 and misaligned too") {
+  // 37 doubles: the SIMD body, the scalar tail, and a payload starting at an odd address.
+  const std::size_t dimension = 37;
+  const wire::Expectation expect{0xabcdef, dimension, wire::Dtype::Float64};
+  std::vector<std::byte> storage(dimension * 8 + 1);
+  for (const std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+    for (const std::size_t at : {std::size_t{0}, std::size_t{17}, dimension - 1}) {
+      for (const double bad : {std::numeric_limits<double>::quiet_NaN(),
+                               -std::numeric_limits<double>::infinity(), 0.0}) {
+        CAPTURE(offset);
+        CAPTURE(at);
+        CAPTURE(bad);
+        std::vector<double> values(dimension, -1.5e300);  // large but finite
+        values[at] = bad;
+        const std::span payload(storage.data() + offset, dimension * 8);
+        std::memcpy(payload.data(), values.data(), payload.size());
+        wire::Header header;
+        header.kind = wire::Kind::Estimate;
+        header.dtype = wire::Dtype::Float64;
+        header.dimension = dimension;
+        header.topologyHash = 0xabcdef;
+        header.payloadBytes = payload.size();
+        header.checksum = wire::checksum(payload.data(), payload.size());
+        CHECK(verdict(wire::encode(header), payload, expect) ==
+              (bad == 0.0 ? "accepted" : "non_finite"));
+      }
+    }
+  }
+}
+
+TEST_CASE("checksum is CRC-32C, the same with and without SSE4.2") {
+  const std::string check = "123456789";
+  CHECK(wire::checksum(check.data(), check.size()) == 0xE3069283u);  // the standard check value
+  std::vector<unsigned char> bytes(1003);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (const std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{8}, bytes.size()}) {
+    CAPTURE(size);
+    CHECK(wire::checksum(bytes.data(), size) == ~wire::crc32cPortable(~0u, bytes.data(), size));
+  }
+}
+
 TEST_CASE("checkpoints: newest valid wins, torn or corrupt ones are reported and skipped") {
   const TempDir dir;
   daemon::CheckpointStore store(dir.path() + "/ckpt", 2);

@@ -32,6 +32,7 @@ struct NodeConfig {
   struct Model {
     std::string kind = "softmax";
     std::vector<std::int64_t> hidden{256};
+    std::int64_t dimension = 0;  // kind: none only
     std::string dtype = "float32";
     std::int64_t initSeed = 1;
   } model;

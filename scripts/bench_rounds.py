@@ -1,0 +1,105 @@
+"""Launches consensusd clusters with zero compute and prints round efficiency
+against the ZeroMQ and mixing rates measured in the same run (scripts/bench-rounds)."""
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+WARMUP = 3
+# (nodes P, degree d, generator arguments)
+SHAPES = [(4, 2, ["ring"]), (8, 2, ["ring"]), (8, 4, ["random-regular", "--degree", "4"])]
+
+
+def parse_size(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+
+def baseline(path):
+    zmq, mix = {}, {}
+    for b in json.load(open(path))["benchmarks"]:
+        parts = b["run_name"].split("/")
+        if parts[0] == "zmqLoopback":
+            zmq[int(parts[1])] = b["bytes_per_second"]
+        elif parts[0] == "fusedAverage":
+            mix[(int(parts[1]), int(parts[2]))] = b["bytes_per_second"]
+    return zmq, mix
+
+
+def launch(args, shape, size, attempt):
+    nodes, degree, gen = shape
+    run = os.path.join(args.work, f"p{nodes}-d{degree}-{size}-{attempt}")
+    os.makedirs(run)
+    ctl, daemon = os.path.join(args.bin, "consensusctl"), os.path.join(args.bin, "consensusd")
+    topology = os.path.join(run, "topology.yaml")
+    subprocess.run([ctl, "topology", "gen", *gen, "--nodes", str(nodes), "--base-port", "7400",
+                    "-o", topology], check=True)
+    measured = 30 if size <= (1 << 20) else 10
+    settings = ["model.kind=none", f"model.dimension={size // 4}", "data.dataset=synthetic-logistic",
+                "consensus.policy=all", "consensus.mailbox_depth=1", "train.eval_every_rounds=0",
+                f"train.rounds={WARMUP + measured + 1}", "checkpoint.every_rounds=0",
+                "consensus.hard_deadline_ms=60000", "consensus.peer_timeout_ms=60000"]
+    children = []
+    try:
+        for i in range(nodes):
+            node = f"n{i}"
+            with open(os.path.join(run, node + ".yaml"), "w") as f:
+                f.write(f"node: {{id: {node}}}\ntopology: {{file: topology.yaml}}\n"
+                        f"status: {{socket: {node}.sock}}\ncheckpoint: {{dir: ckpt-{node}}}\n"
+                        f"log: {{metrics_file: {node}.jsonl, level: warn}}\n")
+            argv = [daemon, "--config", os.path.join(run, node + ".yaml")]
+            for s in settings:
+                argv += ["--set", s]
+            log = open(os.path.join(run, node + ".log"), "w")
+            children.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
+        deadline = time.time() + 300
+        for child in children:
+            child.wait(timeout=max(1, deadline - time.time()))
+            if child.returncode != 0:
+                sys.exit(f"bench-rounds: a daemon failed, see {run}")
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGKILL)
+                child.wait()
+    worst = 0.0
+    for i in range(nodes):
+        ends = {}
+        for line in open(os.path.join(run, f"n{i}.jsonl")):
+            record = json.loads(line)
+            if "duration_ms" in record:
+                ends[record["round"]] = record["t"]
+        first, last = WARMUP - 1, WARMUP - 1 + measured
+        worst = max(worst, (ends[last] - ends[first]) / measured)
+    return worst
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", required=True)
+    parser.add_argument("--baseline", required=True)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--sizes", default="64K,1M,16M")
+    parser.add_argument("--launches", type=int, default=3)
+    args = parser.parse_args()
+    zmq, mix = baseline(args.baseline)
+    print(f"{'P':>2} {'d':>2} {'model':>7} {'B_x GB/s':>9} {'B_m GB/s':>9} "
+          f"{'T ms':>9} {'T_ref ms':>9} {'E':>6}")
+    for size in map(parse_size, args.sizes.split(",")):
+        for shape in SHAPES:
+            nodes, degree, _ = shape
+            times = [launch(args, shape, size, a) for a in range(args.launches)]
+            t = statistics.median(times)
+            b_x, b_m = zmq[size], mix[(size, degree)]
+            t_ref = nodes * size * (degree / b_x + (degree + 3) / b_m)
+            label = f"{size >> 20}M" if size >= 1 << 20 else f"{size >> 10}K"
+            print(f"{nodes:>2} {degree:>2} {label:>7} {b_x / 1e9:9.2f} {b_m / 1e9:9.2f} "
+                  f"{t * 1e3:9.2f} {t_ref * 1e3:9.2f} {t_ref / t:6.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
