@@ -22,6 +22,7 @@
 #include "consensusd/consensus/straggler.hpp"
 #include "consensusd/data/partition.hpp"
 #include "consensusd/version.hpp"
+#include "service_notify.hpp"
 #include "wire.hpp"
 
 namespace consensusd::daemon {
@@ -184,6 +185,7 @@ class Runner {
     loadData();
     openSockets();
     resume();
+    service_.ready();  // systemd (Type=notify): started once the ports are bound
     spdlog::info(
         "node {} of {} ({} nodes, degree {}), {} parameters ({}), policy {}, starting at round {}",
         cfg_.node.id, topology_.name(), topology_.size(), topology_.inNeighbors(self_).size(),
@@ -704,6 +706,7 @@ class Runner {
     publishStatus();
 
     while (!stopping_) {
+      service_.feedWatchdog(Clock::now());  // a hung loop stops feeding: systemd restarts us
       Time t = now();
       sendDue(t);
       if (t >= nextHello) {
@@ -741,6 +744,8 @@ class Runner {
                      accuracy_ < 0 ? std::string("-") : fmt::format("{:.4f}", accuracy_),
                      engine_->decision().count, engine_->degree(), rate_);
         nextProgress = t + progressEvery;
+        service_.status(fmt::format("round {}, loss {:.4f}, {:.1f} rounds/s", engine_->round(),
+                                    lossEwma_, rate_));
         publishStatus();
       }
       if (cfg_.train.maxTimeS > 0 &&
@@ -752,6 +757,8 @@ class Runner {
       Time wake = std::min(nextHello, nextProgress);
       if (auto next = engine_->nextWakeup(t)) wake = std::min(wake, *next);
       if (!delayed_.empty()) wake = std::min(wake, delayed_.front().due);
+      if (service_.nextFeed() != Clock::time_point::max())
+        wake = std::min(wake, std::chrono::duration_cast<Time>(service_.nextFeed() - started_));
       const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
           wake - now() + std::chrono::microseconds(999));
       // Links with something waiting are polled for room in their queue.
@@ -783,6 +790,7 @@ class Runner {
   }
 
   void shutdown() {
+    service_.stopping();
     try {
       saveCheckpoint();
     } catch (const std::exception& e) {
@@ -823,6 +831,7 @@ class Runner {
   int wakeFd_;
   Clock::time_point started_;
   CheckpointStore checkpoints_;
+  ServiceNotifier service_;
 
   data::TrainTest data_;
   std::vector<std::size_t> histogram_;
