@@ -148,6 +148,9 @@ std::vector<Key> makeKeys() {
   return {
       text("node.id", CONSENSUSD_FIELD(node.id), "string",
            "This node's id; must be a node of the topology. Required."),
+      text("node.bind", CONSENSUSD_FIELD(node.bind), "string",
+           "ZeroMQ address to bind, e.g. tcp://*:7000; \"\" = the topology endpoint. For "
+           "containers and NAT, where the endpoint names a host the node cannot bind."),
       text("topology.file", CONSENSUSD_FIELD(topology.file), "path",
            "Topology file (DESIGN.md §4), relative to this config's folder. Required."),
 

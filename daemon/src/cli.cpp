@@ -37,6 +37,9 @@ int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body) 
   } catch (const topology::GeneratorError& e) {
     std::cerr << app.get_name() << ": " << e.what() << "\n";
     return kExitUsage;
+  } catch (const UsageError& e) {
+    std::cerr << app.get_name() << ": " << e.what() << "\n";
+    return kExitUsage;
   } catch (const std::exception& e) {
     std::cerr << app.get_name() << ": internal error: " << e.what() << "\n";
     return kExitSoftware;

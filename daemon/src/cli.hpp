@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <stdexcept>
 
 namespace consensusd::cli {
 
@@ -13,6 +14,12 @@ inline constexpr int kExitUsage = 64;     // EX_USAGE: bad command line
 inline constexpr int kExitData = 65;      // EX_DATAERR: a bad data file
 inline constexpr int kExitSoftware = 70;  // EX_SOFTWARE: a bug
 // Bad config or topology: schema::kExitConfig (78).
+
+// A command used wrongly in a way the parser cannot see (e.g. an unknown node
+// named in an option's value): one line on stderr, exit 64.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 // Parses argv into `app`, then runs `body`. Maps CLI11 parse errors to 64,
 // data::DataError to 65, schema::InputError to 78, anything else to 70.

@@ -1,6 +1,7 @@
 // consensusctl: the operator's and researcher's tool (DESIGN.md §7).
 
 #include "cli.hpp"
+#include "compose_command.hpp"
 #include "status_commands.hpp"
 #include "topology_commands.hpp"
 #include "train_command.hpp"
@@ -14,5 +15,6 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   consensusd::cli::addTopologyCommands(app, action);
   consensusd::cli::addTrainCommand(app, action);
   consensusd::cli::addStatusCommands(app, action);
+  consensusd::cli::addComposeCommand(app, action);
   return consensusd::cli::run(app, argc, argv, [&] { return action(); });
 }

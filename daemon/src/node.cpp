@@ -255,10 +255,12 @@ class Runner {
       throw zmq::error_t();
     monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
     monitor_.connect(monitorEndpoint);
+    const std::string bindAt =
+        cfg_.node.bind.empty() ? topology_.node(self_).endpoint : cfg_.node.bind;
     try {
-      router_.bind(topology_.node(self_).endpoint);
+      router_.bind(bindAt);
     } catch (const zmq::error_t& e) {
-      throw std::runtime_error("cannot bind " + topology_.node(self_).endpoint + ": " + e.what());
+      throw std::runtime_error("cannot bind " + bindAt + ": " + e.what());
     }
     for (const topology::Neighbor& out : topology_.outNeighbors(self_)) {
       zmq::socket_t dealer(context_, zmq::socket_type::dealer);

@@ -12,6 +12,7 @@ namespace consensusd::config {
 struct NodeConfig {
   struct Node {
     std::string id;
+    std::string bind;  // "" = the topology endpoint
   } node;
   struct Topology {
     std::string file;

@@ -1,5 +1,6 @@
-// Running under systemd: the unit file verifies, and consensusd speaks the
-// notification protocol (READY=1 once bound, WATCHDOG=1, STOPPING=1).
+// Deployment: the systemd unit verifies, consensusd speaks the notification
+// protocol (READY=1 once bound, WATCHDOG=1, STOPPING=1), the Debian package
+// holds what it should, and generated docker-compose files validate.
 
 #include <doctest/doctest.h>
 #include <sys/socket.h>
@@ -145,4 +146,44 @@ TEST_CASE("the Debian package holds binaries, unit, user and docs, and its conse
                                  CONSENSUSD_SOURCE_DIR "/config/examples/n0.yaml", "--check"});
   INFO(check.out << check.err);
   CHECK(check.exitCode == 0);
+}
+
+TEST_CASE("consensusctl compose writes a testbed that docker-compose validates") {
+  const TempDir dir;
+  const std::string out = dir.path() + "/testbed";
+  const auto compose =
+      runProcess({CONSENSUSCTL, "compose", CONSENSUSD_SOURCE_DIR "/config/examples/ring8.yaml",
+                  "-o", out, "--image", "registry.example/consensusd:0.1", "--set",
+                  "train.rounds=500", "--straggler", "n3=kind=bimodal,slow_factor=20"});
+  INFO(compose.out << compose.err);
+  REQUIRE(compose.exitCode == 0);
+  // Each node's config checks with the endpoints rewritten to service names.
+  for (const char* node : {"n0", "n3", "n7"}) {
+    const auto check =
+        runProcess({CONSENSUSD, "--config", out + "/config/" + node + ".yaml", "--check"});
+    INFO(check.out << check.err);
+    CHECK(check.exitCode == 0);
+  }
+  CHECK(readText(out + "/config/topology.yaml").find("tcp://n3:7000") != std::string::npos);
+  const auto config =
+      runProcess({"/usr/bin/docker-compose", "-f", out + "/docker-compose.yml", "config"}, {}, 60s);
+  INFO(config.out << config.err);
+  REQUIRE(config.exitCode == 0);
+  for (const char* expected : {"registry.example/consensusd:0.1", "straggler.kind=bimodal",
+                               "straggler.slow_factor=20", "n7-state", "train.rounds=500"}) {
+    CAPTURE(expected);
+    CHECK(config.out.find(expected) != std::string::npos);
+  }
+
+  // Mistakes are caught before anything is written for docker.
+  const auto unknownNode =
+      runProcess({CONSENSUSCTL, "compose", CONSENSUSD_SOURCE_DIR "/config/examples/ring8.yaml",
+                  "-o", dir.path() + "/bad1", "--straggler", "n42=kind=constant"});
+  CHECK(unknownNode.exitCode == 64);
+  CHECK(unknownNode.err.find("n42=kind=constant") != std::string::npos);
+  const auto badKey =
+      runProcess({CONSENSUSCTL, "compose", CONSENSUSD_SOURCE_DIR "/config/examples/ring8.yaml",
+                  "-o", dir.path() + "/bad2", "--straggler", "n3=slow_facter=20"});
+  CHECK(badKey.exitCode == 78);
+  CHECK(badKey.err.find("straggler.slow_factor") != std::string::npos);  // did you mean
 }
