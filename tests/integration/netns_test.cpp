@@ -84,7 +84,8 @@ double distance(const std::vector<float>& a, const std::vector<float>& b) {
 }  // namespace
 
 TEST_CASE(
-    "four hosts on a bridge: a cut-off node and the rest both train, and after the heal they agree") {
+    "four hosts on a bridge: a cut-off node and the rest both train, and after the heal they "
+    "agree") {
   if (getuid() != 0) {
     MESSAGE("skipped: network namespaces need root");
     return;
