@@ -2,6 +2,7 @@
 
 #include "cli.hpp"
 #include "compose_command.hpp"
+#include "simulate_command.hpp"
 #include "status_commands.hpp"
 #include "topology_commands.hpp"
 #include "train_command.hpp"
@@ -16,5 +17,6 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   consensusd::cli::addTrainCommand(app, action);
   consensusd::cli::addStatusCommands(app, action);
   consensusd::cli::addComposeCommand(app, action);
+  consensusd::cli::addSimulateCommand(app, action);
   return consensusd::cli::run(app, argc, argv, [&] { return action(); });
 }

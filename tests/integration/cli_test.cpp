@@ -205,3 +205,35 @@ TEST_CASE("--help and --version on every command, usage errors exit 64") {
   CHECK(ctl({"frobnicate"}).exitCode == 64);
   CHECK(daemon({}).exitCode == 64);
 }
+
+TEST_CASE("consensusctl simulate: a CSV per policy and seed, and the summary table") {
+  const TempDir dir;
+  const std::string topology = dir.path() + "/ring4.yaml";
+  REQUIRE(ctl({"topology", "gen", "ring", "--nodes", "4", "-o", topology}).exitCode == 0);
+  const auto run = ctl({"simulate", topology, "--policy", "all,static:1,dynamic", "--seeds", "1,2",
+                        "--set", "data.dataset=synthetic-logistic", "--set", "model.kind=logistic",
+                        "--straggler", "n2=kind=constant,delay_ms=30", "--time-s", "3", "--target",
+                        "0.7", "-o", dir.path() + "/out"});
+  INFO(run.out << run.err);
+  REQUIRE(run.exitCode == 0);
+  CHECK(lineCount(run.out) >= 6 + 5);  // one line per run, then the table
+  CHECK(run.out.find("static:1") != std::string::npos);
+  for (const char* file : {"all-seed1.csv", "static-1-seed2.csv", "dynamic-seed2.csv"}) {
+    CAPTURE(file);
+    std::ifstream in(dir.path() + "/out/" + file);
+    std::string header;
+    std::getline(in, header);
+    CHECK(header ==
+          "time_s,mean_round,mean_loss,accuracy,min_accuracy,max_accuracy,consensus_distance,"
+          "mean_b");
+  }
+  std::ifstream summary(dir.path() + "/out/summary.csv");
+  std::string header;
+  std::getline(summary, header);
+  CHECK(header.rfind("policy,seeds_reached", 0) == 0);
+
+  CHECK(ctl({"simulate", topology, "--policy", "fastest"}).exitCode == 64);
+  const auto badKey = ctl({"simulate", topology, "--set", "consensus.max_leed=3"});
+  CHECK(badKey.exitCode == 78);
+  CHECK(badKey.err.find("consensus.max_lead") != std::string::npos);
+}

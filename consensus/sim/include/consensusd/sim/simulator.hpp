@@ -1,0 +1,72 @@
+#pragma once
+// The consensus core's second driver (DESIGN.md §9): N RoundEngines on a
+// virtual clock, discrete events, real gradients on real data. Compute takes
+// `compute` of virtual time plus each node's straggler delay; a message takes
+// latency + size / bandwidth. Nothing of the round is re-implemented here:
+// the engines decide, mix and step exactly as in the daemon.
+
+#include <optional>
+#include <vector>
+
+#include "consensusd/consensus/options.hpp"
+#include "consensusd/consensus/straggler.hpp"
+#include "consensusd/data/dataset.hpp"
+#include "consensusd/data/model.hpp"
+#include "consensusd/data/optimizer.hpp"
+#include "consensusd/topology/topology.hpp"
+
+namespace consensusd::sim {
+
+using consensus::Duration;
+
+struct LinkModel {
+  Duration latency{std::chrono::microseconds(100)};
+  double bytesPerSecond = 1.25e9;  // 10 Gbit/s
+};
+
+struct SimOptions {
+  consensus::EngineOptions engine;
+  data::Schedule schedule;
+  double momentum = 0.0;
+  data::ModelOptions model;
+  std::uint64_t initSeed = 1;                        // the same initial parameters on every node
+  std::uint64_t seed = 1;                            // minibatch order and straggler draws
+  Duration compute{std::chrono::milliseconds(10)};   // one gradient, virtual
+  std::vector<consensus::StragglerSpec> stragglers;  // per node; empty: none
+  LinkModel link;
+  Duration sampleEvery{std::chrono::milliseconds(500)};
+  Duration maxTime{std::chrono::seconds(60)};
+  double stopAtAccuracy = 0.0;  // end once the average model reaches it; 0: run to maxTime
+  // Min/max accuracy over nodes costs one evaluation per node per sample: on
+  // this many test samples (0: skip it, for large N).
+  std::size_t nodeEvalSamples = 2000;
+};
+
+// One row of the per-run CSV.
+struct Sample {
+  double timeS = 0;
+  double meanRound = 0;
+  double meanLoss = 0;     // minibatch loss, smoothed per node, averaged
+  double accuracy = 0;     // of the network-average model, on the test set
+  double minAccuracy = 0;  // over nodes (nodeEvalSamples test samples)
+  double maxAccuracy = 0;
+  double consensusDistance = 0;  // mean over nodes of ||x_i - x_bar||
+  double meanBackups = 0;  // degree - neighbours mixed, mean over the rounds since the last row
+};
+
+struct SimResult {
+  std::vector<Sample> samples;
+  std::uint64_t events = 0;
+  std::int64_t rounds = 0;               // finished, all nodes
+  std::vector<std::int64_t> nodeRounds;  // each node's round at the end
+};
+
+SimResult simulate(const topology::Topology& topology, const data::TrainTest& data,
+                   const std::vector<data::Dataset>& shares, const SimOptions& options);
+
+// The first sample time at which accuracy reaches `target`, and the same on
+// accuracies smoothed over `window` samples (steadier across seeds).
+std::optional<double> firstCrossing(const std::vector<Sample>& samples, double target,
+                                    std::size_t window = 1);
+
+}  // namespace consensusd::sim

@@ -1,0 +1,235 @@
+#include "consensusd/sim/simulator.hpp"
+
+#include <algorithm>
+#include <memory>
+#include <queue>
+
+#include "consensusd/consensus/round_engine.hpp"
+#include "consensusd/data/partition.hpp"
+
+namespace consensusd::sim {
+namespace {
+
+using consensus::Time;
+using Engine = consensus::RoundEngine<float>;
+using Vector = Eigen::VectorXf;
+
+enum class EventKind { Gradient, Estimate, Decision, Wake, Sample };
+
+struct Event {
+  Time at;
+  std::uint64_t order;  // ties break in scheduling order: deterministic
+  EventKind kind;
+  std::size_t node;
+  std::size_t from = 0;
+  std::int64_t round = 0;
+  bool used = false;
+  std::shared_ptr<const Vector> payload;
+  bool operator>(const Event& other) const {
+    return std::tie(at, order) > std::tie(other.at, other.order);
+  }
+};
+
+struct Node {
+  std::unique_ptr<Engine> engine;
+  data::MinibatchSampler sampler;
+  std::optional<consensus::Straggler> straggler;
+  Vector gradient;
+  double lossEwma = 0;
+  bool lossSeen = false;
+  std::optional<Time> wake;  // the pending Wake event's time
+};
+
+class Simulation {
+ public:
+  Simulation(const topology::Topology& topology, const data::TrainTest& data,
+             const std::vector<data::Dataset>& shares, const SimOptions& options)
+      : topology_(topology),
+        data_(data),
+        shares_(shares),
+        options_(options),
+        model_(options.model) {
+    Vector initial(static_cast<Eigen::Index>(model_.dimension()));
+    model_.initialize(initial, options.initSeed);
+    for (std::size_t i = 0; i < topology.size(); ++i) {
+      Node node{std::make_unique<Engine>(topology, i, options.engine, options.schedule,
+                                         options.momentum, initial, Time{}),
+                data::MinibatchSampler(shares[i].size(), options.engine.batchSize,
+                                       options.seed * 7919u + i),
+                std::nullopt,
+                Vector(initial.size()),
+                0,
+                false,
+                std::nullopt};
+      if (i < options.stragglers.size() &&
+          options.stragglers[i].kind != consensus::StragglerKind::None) {
+        consensus::StragglerSpec spec = options.stragglers[i];
+        spec.seed = spec.seed * 1000003u + options.seed * 7919u + i;  // distinct draws per node
+        node.straggler.emplace(spec);
+      }
+      nodes_.push_back(std::move(node));
+    }
+    if (options.nodeEvalSamples > 0) {
+      std::vector<std::size_t> first(std::min(options.nodeEvalSamples, data.test.size()));
+      for (std::size_t k = 0; k < first.size(); ++k) first[k] = k;
+      nodeTest_ = data::subset(data.test, first);
+    }
+  }
+
+  SimResult run() {
+    runEvents();
+    for (const Node& node : nodes_) result_.nodeRounds.push_back(node.engine->round());
+    return result_;
+  }
+
+ private:
+  void runEvents() {
+    for (std::size_t i = 0; i < nodes_.size(); ++i) poke(i, Time{});
+    push(Time{}, EventKind::Sample, 0);
+    while (!events_.empty()) {
+      Event event = events_.top();
+      events_.pop();
+      if (event.at > options_.maxTime) break;
+      ++result_.events;
+      Node& node = nodes_[event.node];
+      switch (event.kind) {
+        case EventKind::Gradient:
+          node.engine->onGradient(event.round, node.gradient, lastLoss_[event.node],
+                                  lastStats_[event.node], event.at);
+          break;
+        case EventKind::Estimate:
+          node.engine->onEstimate(event.from, event.round, event.payload->data(), event.at);
+          break;
+        case EventKind::Decision:
+          node.engine->onDecision(event.from, event.round, event.used, event.at);
+          break;
+        case EventKind::Wake:
+          if (node.wake != event.at) continue;  // superseded by an earlier wake
+          node.wake.reset();
+          break;
+        case EventKind::Sample:
+          if (sample(event.at)) return;
+          push(event.at + options_.sampleEvery, EventKind::Sample, 0);
+          continue;
+      }
+      poke(event.node, event.at);
+    }
+  }
+
+  void push(Time at, EventKind kind, std::size_t node, std::size_t from = 0, std::int64_t round = 0,
+            bool used = false, std::shared_ptr<const Vector> payload = nullptr) {
+    events_.push({at, order_++, kind, node, from, round, used, std::move(payload)});
+  }
+
+  Duration transfer(std::size_t bytes) const {
+    return options_.link.latency +
+           std::chrono::duration_cast<Duration>(std::chrono::duration<double>(
+               static_cast<double>(bytes) / options_.link.bytesPerSecond));
+  }
+
+  // Everything the daemon's loop does for node i at time `now`.
+  void poke(std::size_t i, Time now) {
+    Node& node = nodes_[i];
+    Engine& engine = *node.engine;
+    if (auto record = engine.tryFinish(now)) {
+      ++result_.rounds;
+      backups_ += static_cast<double>(engine.degree() - record->responders.size());
+      ++recorded_;
+    }
+    for (const consensus::Decision& d : engine.takeDecisions()) {
+      push(now + transfer(64), EventKind::Decision, d.node, i, d.round, d.used);
+    }
+    if (auto start = engine.tryStart(now)) {
+      const auto payload = std::make_shared<const Vector>(*start->params);
+      const Duration arrival = transfer(static_cast<std::size_t>(payload->size()) * sizeof(float));
+      for (const topology::Neighbor& out : topology_.outNeighbors(i)) {
+        push(now + arrival, EventKind::Estimate, out.index, i, start->round, false, payload);
+      }
+      // The gradient is computed now (real) and delivered after its virtual time.
+      data::gather(shares_[i], node.sampler.next(), batch_);
+      lastLoss_.resize(nodes_.size());
+      lastStats_.resize(nodes_.size());
+      lastLoss_[i] = static_cast<double>(
+          model_.lossAndGradient(*start->params, batch_, node.gradient, &lastStats_[i]));
+      node.lossEwma =
+          node.lossSeen ? node.lossEwma + 0.05 * (lastLoss_[i] - node.lossEwma) : lastLoss_[i];
+      node.lossSeen = true;
+      Duration compute = options_.compute;
+      if (node.straggler) compute += node.straggler->extraDelay(start->round, options_.compute);
+      push(now + compute, EventKind::Gradient, i, 0, start->round);
+    }
+    if (auto wake = engine.nextWakeup(now); wake && (!node.wake || *wake < *node.wake)) {
+      node.wake = *wake;
+      push(*wake, EventKind::Wake, i);
+    }
+  }
+
+  // Appends a row; true when the run should end.
+  bool sample(Time now) {
+    const auto n = static_cast<double>(nodes_.size());
+    Vector average = Vector::Zero(nodes_.front().engine->params().size());
+    Sample row;
+    row.timeS = std::chrono::duration<double>(now).count();
+    for (const Node& node : nodes_) {
+      average += node.engine->params();
+      row.meanRound += static_cast<double>(node.engine->round()) / n;
+      row.meanLoss += node.lossEwma / n;
+    }
+    average /= static_cast<float>(n);
+    for (const Node& node : nodes_)
+      row.consensusDistance += static_cast<double>((node.engine->params() - average).norm()) / n;
+    row.accuracy = model_.evaluate(average, data_.test).accuracy;
+    row.minAccuracy = row.maxAccuracy = row.accuracy;
+    if (nodeTest_) {
+      row.minAccuracy = 1;
+      row.maxAccuracy = 0;
+      for (const Node& node : nodes_) {
+        const double a = model_.evaluate(node.engine->params(), *nodeTest_).accuracy;
+        row.minAccuracy = std::min(row.minAccuracy, a);
+        row.maxAccuracy = std::max(row.maxAccuracy, a);
+      }
+    }
+    row.meanBackups = recorded_ > 0 ? backups_ / static_cast<double>(recorded_) : 0;
+    backups_ = 0;
+    recorded_ = 0;
+    result_.samples.push_back(row);
+    return options_.stopAtAccuracy > 0 && row.accuracy >= options_.stopAtAccuracy;
+  }
+
+  const topology::Topology& topology_;
+  const data::TrainTest& data_;
+  const std::vector<data::Dataset>& shares_;
+  const SimOptions& options_;
+  data::Model<float> model_;
+  std::optional<data::Dataset> nodeTest_;
+  std::vector<Node> nodes_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::uint64_t order_ = 0;
+  data::Batch<float> batch_;
+  std::vector<double> lastLoss_;
+  std::vector<data::GradientStats> lastStats_;
+  double backups_ = 0;
+  std::int64_t recorded_ = 0;
+  SimResult result_;
+};
+
+}  // namespace
+
+SimResult simulate(const topology::Topology& topology, const data::TrainTest& data,
+                   const std::vector<data::Dataset>& shares, const SimOptions& options) {
+  return Simulation(topology, data, shares, options).run();
+}
+
+std::optional<double> firstCrossing(const std::vector<Sample>& samples, double target,
+                                    std::size_t window) {
+  window = std::max<std::size_t>(window, 1);
+  double sum = 0;
+  for (std::size_t k = 0; k < samples.size(); ++k) {
+    sum += samples[k].accuracy;
+    if (k >= window) sum -= samples[k - window].accuracy;
+    if (k + 1 >= window && sum / static_cast<double>(window) >= target) return samples[k].timeS;
+  }
+  return std::nullopt;
+}
+
+}  // namespace consensusd::sim

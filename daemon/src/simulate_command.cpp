@@ -1,0 +1,289 @@
+#include "simulate_command.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "cli.hpp"
+#include "consensusd/config/load.hpp"
+#include "consensusd/config/params.hpp"
+#include "consensusd/data/partition.hpp"
+#include "consensusd/data/source.hpp"
+#include "consensusd/sim/simulator.hpp"
+#include "consensusd/topology/yaml_io.hpp"
+
+namespace consensusd::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct SimulateOptions {
+  std::string topology;
+  std::string policies = "all,static:1,dynamic";
+  std::string seeds = "1";
+  std::vector<std::string> sets;
+  std::vector<std::string> stragglers;  // NODE|all=KEY=VALUE[,KEY=VALUE]
+  double computeMs = 10;
+  double latencyMs = 0.1;
+  double bandwidthGbps = 10;
+  double timeS = 60;
+  double sampleMs = 500;
+  double target = 0.8;
+  bool stopAtTarget = false;
+  std::size_t nodeEval = 2000;
+  std::string output;
+};
+
+// One policy of the sweep: its name and the config overrides that select it.
+struct Policy {
+  std::string name;
+  std::vector<std::string> overrides;
+  bool isStatic = false;
+};
+
+std::vector<std::string> split(const std::string& text, char by) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, by);)
+    if (!part.empty()) parts.push_back(part);
+  return parts;
+}
+
+// all | static:B | static:A..B | timeout:MS | quantile:Q | dynamic
+std::vector<Policy> parsePolicies(const std::string& text) {
+  std::vector<Policy> policies;
+  for (const std::string& item : split(text, ',')) {
+    const auto colon = item.find(':');
+    const std::string kind = item.substr(0, colon);
+    const std::string arg = colon == std::string::npos ? "" : item.substr(colon + 1);
+    const auto bad = [&] { return UsageError("--policy: cannot read '" + item + "'"); };
+    if ((kind == "all" || kind == "dynamic") && arg.empty()) {
+      policies.push_back({kind, {"consensus.policy=" + kind}});
+    } else if (kind == "static" && !arg.empty()) {
+      const auto dots = arg.find("..");
+      try {
+        const int from = std::stoi(arg.substr(0, dots));
+        const int to = dots == std::string::npos ? from : std::stoi(arg.substr(dots + 2));
+        for (int b = from; b <= to; ++b) {
+          policies.push_back({"static:" + std::to_string(b),
+                              {"consensus.policy=static", "consensus.backups=" + std::to_string(b)},
+                              true});
+        }
+      } catch (const std::exception&) {
+        throw bad();
+      }
+    } else if (kind == "timeout" && !arg.empty()) {
+      policies.push_back({item, {"consensus.policy=timeout", "consensus.timeout_ms=" + arg}});
+    } else if (kind == "quantile" && !arg.empty()) {
+      policies.push_back({item, {"consensus.policy=quantile", "consensus.quantile=" + arg}});
+    } else {
+      throw bad();
+    }
+  }
+  if (policies.empty()) throw UsageError("--policy: no policy given");
+  return policies;
+}
+
+consensus::Duration milliseconds(double ms) {
+  return std::chrono::duration_cast<consensus::Duration>(
+      std::chrono::duration<double, std::milli>(ms));
+}
+
+std::string formatTime(const std::optional<double>& t) {
+  if (!t) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", *t);
+  return text;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+void writeCsv(const fs::path& path, const std::vector<sim::Sample>& samples) {
+  std::ofstream out(path, std::ios::trunc);
+  out << "time_s,mean_round,mean_loss,accuracy,min_accuracy,max_accuracy,consensus_distance,"
+         "mean_b\n";
+  for (const sim::Sample& s : samples) {
+    out << s.timeS << ',' << s.meanRound << ',' << s.meanLoss << ',' << s.accuracy << ','
+        << s.minAccuracy << ',' << s.maxAccuracy << ',' << s.consensusDistance << ','
+        << s.meanBackups << '\n';
+  }
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+int runSimulate(const SimulateOptions& options) {
+  const topology::Topology graph = topology::loadTopology(options.topology);
+  const std::vector<Policy> policies = parsePolicies(options.policies);
+  std::vector<std::uint64_t> seeds;
+  for (const std::string& s : split(options.seeds, ',')) {
+    try {
+      seeds.push_back(std::stoull(s));
+    } catch (const std::exception&) {
+      throw UsageError("--seeds: '" + s + "' is not a number");
+    }
+  }
+  if (seeds.empty()) throw UsageError("--seeds: no seed given");
+
+  // The daemon's config schema reads every setting: same keys, same checks.
+  const std::string base = "node: {id: " + graph.node(0).id + "}\ntopology: {file: unused}\n";
+  const config::NodeConfig common = config::readConfig(base, "--set", options.sets);
+  std::vector<consensus::StragglerSpec> stragglers(graph.size());
+  {
+    std::map<std::size_t, std::vector<std::string>> perNode;
+    for (const std::string& spec : options.stragglers) {
+      const auto eq = spec.find('=');
+      const std::string who = spec.substr(0, eq);
+      const auto index = graph.indexOf(who);
+      if (eq == std::string::npos || (who != "all" && !index)) {
+        throw UsageError("--straggler '" + spec +
+                         "': expected NODE=KEY=VALUE[,KEY=VALUE] (NODE a node id or all)");
+      }
+      for (std::size_t i = 0; i < graph.size(); ++i) {
+        if (who != "all" && i != *index) continue;
+        for (const std::string& item : split(spec.substr(eq + 1), ','))
+          perNode[i].push_back("straggler." + item);
+      }
+    }
+    for (const auto& [i, overrides] : perNode) {
+      std::vector<std::string> all = options.sets;
+      all.insert(all.end(), overrides.begin(), overrides.end());
+      stragglers[i] = config::stragglerSpec(config::readConfig(base, "--straggler", all));
+    }
+  }
+
+  const data::TrainTest data = data::load(config::dataSource(common));
+  const auto parts = data::partition(data.train, config::partitionOptions(common, graph.size()));
+  std::vector<data::Dataset> shares;
+  for (const auto& part : parts) shares.push_back(data::subset(data.train, part));
+  std::printf("%s; %zu nodes of %s, %s; target accuracy %.3f\n", data.description.c_str(),
+              graph.size(), graph.name().c_str(), common.model.kind.c_str(), options.target);
+
+  const fs::path out = options.output.empty() ? fs::path("runs") / "sim" : fs::path(options.output);
+  fs::create_directories(out);
+  std::map<std::string, std::vector<std::optional<double>>> first, smoothed;
+  for (const Policy& policy : policies) {
+    std::vector<std::string> overrides = options.sets;
+    overrides.insert(overrides.end(), policy.overrides.begin(), policy.overrides.end());
+    const config::NodeConfig cfg = config::readConfig(base, "--policy " + policy.name, overrides);
+    for (const std::uint64_t seed : seeds) {
+      sim::SimOptions sim;
+      sim.engine = config::engineOptions(cfg);
+      sim.schedule = config::schedule(cfg);
+      sim.momentum = cfg.train.momentum;
+      sim.model = config::modelOptions(cfg, data.train);
+      sim.initSeed = static_cast<std::uint64_t>(cfg.model.initSeed);
+      sim.seed = seed;
+      sim.compute = milliseconds(options.computeMs);
+      sim.stragglers = stragglers;
+      sim.link.latency = milliseconds(options.latencyMs);
+      sim.link.bytesPerSecond = options.bandwidthGbps * 1e9 / 8;
+      sim.sampleEvery = milliseconds(options.sampleMs);
+      sim.maxTime = milliseconds(options.timeS * 1000);
+      sim.stopAtAccuracy = options.stopAtTarget ? options.target : 0.0;
+      sim.nodeEvalSamples = options.nodeEval;
+      const auto started = std::chrono::steady_clock::now();
+      const sim::SimResult result = sim::simulate(graph, data, shares, sim);
+      const double wall =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      std::string name = policy.name;
+      std::replace(name.begin(), name.end(), ':', '-');
+      writeCsv(out / (name + "-seed" + std::to_string(seed) + ".csv"), result.samples);
+      first[policy.name].push_back(sim::firstCrossing(result.samples, options.target));
+      smoothed[policy.name].push_back(sim::firstCrossing(result.samples, options.target, 5));
+      const sim::Sample& last = result.samples.back();
+      std::printf(
+          "%-14s seed %-3llu %8.0f rounds/node  accuracy %.4f  b %.2f  target at %s s  "
+          "(%.1f s wall)\n",
+          policy.name.c_str(), static_cast<unsigned long long>(seed), last.meanRound, last.accuracy,
+          last.meanBackups, formatTime(first[policy.name].back()).c_str(), wall);
+      std::fflush(stdout);
+    }
+  }
+
+  // Summary: median time to target over seeds (runs that never got there count as missing).
+  const auto summary = [&](const std::vector<std::optional<double>>& times)
+      -> std::pair<std::optional<double>, std::size_t> {
+    std::vector<double> reached;
+    for (const auto& t : times)
+      if (t) reached.push_back(*t);
+    if (reached.size() * 2 <= times.size()) return {std::nullopt, reached.size()};
+    return {median(reached), reached.size()};
+  };
+  std::optional<double> all, bestStatic;
+  for (const Policy& policy : policies) {
+    const auto t = summary(smoothed[policy.name]).first;
+    if (policy.name == "all") all = t;
+    if (policy.isStatic && t && (!bestStatic || *t < *bestStatic)) bestStatic = t;
+  }
+  std::ofstream csv(out / "summary.csv", std::ios::trunc);
+  csv << "policy,seeds_reached,median_first_s,median_smoothed_s,speedup_vs_all,"
+         "vs_best_static\n";
+  std::printf("\n%-14s %7s %10s %10s %8s %12s\n", "policy", "reached", "first s", "smooth s",
+              "vs all", "vs best b");
+  for (const Policy& policy : policies) {
+    const auto [firstMedian, reached] = summary(first[policy.name]);
+    const auto smooth = summary(smoothed[policy.name]).first;
+    const auto ratio = [](std::optional<double> a, std::optional<double> b) {
+      return a && b ? formatTime(*a / *b) : std::string("-");
+    };
+    std::printf("%-14s %4zu/%-2zu %10s %10s %8s %12s\n", policy.name.c_str(), reached, seeds.size(),
+                formatTime(firstMedian).c_str(), formatTime(smooth).c_str(),
+                ratio(all, smooth).c_str(), ratio(smooth, bestStatic).c_str());
+    csv << policy.name << ',' << reached << ',' << formatTime(firstMedian) << ','
+        << formatTime(smooth) << ',' << ratio(all, smooth) << ',' << ratio(smooth, bestStatic)
+        << '\n';
+  }
+  std::printf(
+      "\nvs all: speed-up over waiting for every neighbour (>1 is faster); vs best b: "
+      "time over the best static b (<=1.05 is the goal). Smoothed: first time the "
+      "mean of 5 samples reaches the target. CSVs in %s\n",
+      out.string().c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+void addSimulateCommand(CLI::App& parent, std::function<int()>& action) {
+  auto o = std::make_shared<SimulateOptions>();
+  CLI::App* cmd = parent.add_subcommand(
+      "simulate",
+      "Sweep wait policies over N virtual nodes on a virtual clock (same core, "
+      "real gradients): CSV per run and a time-to-accuracy table");
+  cmd->add_option("topology", o->topology, "Topology file")->required();
+  cmd->add_option("--policy", o->policies,
+                  "Comma list: all, static:B or static:A..B, timeout:MS, quantile:Q, dynamic")
+      ->capture_default_str();
+  cmd->add_option("--seeds", o->seeds, "Comma list of seeds (minibatches, stragglers)")
+      ->capture_default_str();
+  cmd->add_option("--set", o->sets,
+                  "Node-config key for every node (data.*, model.*, train.*, "
+                  "consensus.*)")
+      ->type_name("KEY=VALUE");
+  cmd->add_option("--straggler", o->stragglers,
+                  "NODE=KEY=VALUE[,KEY=VALUE] or all=...: straggler.* keys, e.g. "
+                  "all=kind=bimodal,slow_probability=0.1");
+  cmd->add_option("--compute-ms", o->computeMs, "Virtual time of one gradient")
+      ->capture_default_str();
+  cmd->add_option("--latency-ms", o->latencyMs, "Link latency")->capture_default_str();
+  cmd->add_option("--bandwidth-gbps", o->bandwidthGbps, "Link bandwidth")->capture_default_str();
+  cmd->add_option("--time-s", o->timeS, "Virtual time per run")->capture_default_str();
+  cmd->add_option("--sample-ms", o->sampleMs, "Virtual time between CSV rows")
+      ->capture_default_str();
+  cmd->add_option("--target", o->target, "Test accuracy of the average model to time")
+      ->capture_default_str();
+  cmd->add_flag("--stop-at-target", o->stopAtTarget, "End each run once the target is reached");
+  cmd->add_option("--node-eval", o->nodeEval,
+                  "Test samples for min/max accuracy over nodes (0: skip, for large N)")
+      ->capture_default_str();
+  cmd->add_option("-o,--output", o->output, "Folder for the CSVs (default runs/sim)");
+  cmd->callback([o, &action] { action = [o] { return runSimulate(*o); }; });
+}
+
+}  // namespace consensusd::cli

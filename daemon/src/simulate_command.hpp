@@ -1,0 +1,11 @@
+#pragma once
+// `consensusctl simulate TOPOLOGY`: policy sweeps on the simulator (DESIGN.md §9).
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace consensusd::cli {
+
+void addSimulateCommand(CLI::App& parent, std::function<int()>& action);
+
+}  // namespace consensusd::cli

@@ -1,0 +1,131 @@
+// The simulator: deterministic from its seed, and round timings a person can
+// work out by hand on 2- and 4-node graphs.
+#include <doctest/doctest.h>
+
+#include "consensusd/data/partition.hpp"
+#include "consensusd/data/source.hpp"
+#include "consensusd/sim/simulator.hpp"
+#include "consensusd/topology/generators.hpp"
+
+using namespace consensusd;
+using consensus::PolicyKind;
+using namespace std::chrono_literals;
+
+namespace {
+
+topology::GeneratorOptions generator(const std::string& kind, std::size_t nodes) {
+  topology::GeneratorOptions options;
+  options.kind = kind;
+  options.nodes = nodes;
+  return options;
+}
+
+consensus::StragglerSpec straggler(consensus::StragglerKind kind, consensus::Duration delay,
+                                   consensus::Duration mean) {
+  consensus::StragglerSpec spec;
+  spec.kind = kind;
+  spec.delay = delay;
+  spec.mean = mean;
+  return spec;
+}
+
+struct Setup {
+  topology::Topology graph;
+  data::TrainTest data;
+  std::vector<data::Dataset> shares;
+  sim::SimOptions options;
+
+  Setup(const std::string& kind, std::size_t nodes)
+      : graph(topology::Topology::fromSpec(topology::generate(generator(kind, nodes)), "<test>")) {
+    data::DataSource source;
+    source.kind = data::DatasetKind::SyntheticLogistic;
+    data = data::load(source);
+    data::PartitionOptions partition;
+    partition.nodes = nodes;
+    for (const auto& part : data::partition(data.train, partition))
+      shares.push_back(data::subset(data.train, part));
+    options.model.kind = data::ModelKind::Logistic;
+    options.model.inputs = data.train.dimension();
+    options.model.classes = 2;
+    options.engine.policy.kind = PolicyKind::All;
+    options.engine.roundSkipping = false;
+    options.link.latency = 0ms;
+    options.link.bytesPerSecond = 1e15;
+    options.sampleEvery = 1005ms;  // rows between round boundaries: no ties to break
+    options.maxTime = 1005ms;
+    options.nodeEvalSamples = 100;
+  }
+  sim::SimResult run() const { return sim::simulate(graph, data, shares, options); }
+};
+
+}  // namespace
+
+TEST_CASE("the same seed gives the same run; another seed another") {
+  Setup setup("ring", 6);
+  setup.options.engine.policy.kind = PolicyKind::Dynamic;
+  setup.options.stragglers.assign(6, straggler(consensus::StragglerKind::Exponential, 0ms, 5ms));
+  setup.options.sampleEvery = 100ms;
+  const auto a = setup.run();
+  const auto b = setup.run();
+  REQUIRE(a.samples.size() == b.samples.size());
+  for (std::size_t k = 0; k < a.samples.size(); ++k) {
+    CHECK(a.samples[k].meanRound == b.samples[k].meanRound);
+    CHECK(a.samples[k].accuracy == b.samples[k].accuracy);
+    CHECK(a.samples[k].consensusDistance == b.samples[k].consensusDistance);
+  }
+  CHECK(a.events == b.events);
+  setup.options.seed = 2;
+  CHECK(setup.run().events != a.events);
+}
+
+TEST_CASE("two nodes: a round lasts max(compute, latency + size / bandwidth)") {
+  Setup setup("chain", 2);
+  // Compute 10 ms, message instantaneous: 100 rounds in 1.005 s.
+  auto result = setup.run();
+  CHECK(result.nodeRounds == std::vector<std::int64_t>{100, 100});
+  CHECK(result.samples.back().meanRound == 100.0);
+  // 21 float32 parameters = 84 bytes at 84 kB/s: 1 ms, plus 14 ms latency.
+  setup.options.link.latency = 14ms;
+  setup.options.link.bytesPerSecond = 84'000;
+  result = setup.run();
+  CHECK(result.nodeRounds == std::vector<std::int64_t>{67, 67});  // 1005 / 15
+  CHECK(result.samples.back().meanBackups == 0.0);
+  CHECK(result.samples.back().accuracy > 0.5);  // real gradients moved the model
+}
+
+TEST_CASE(
+    "four nodes, one three times slower: all waits for it, static b = 1 stops at the lead bound") {
+  Setup setup("ring", 4);
+  setup.options.stragglers.assign(4, {});
+  setup.options.stragglers[0] = straggler(consensus::StragglerKind::Constant, 20ms, 0ms);
+  // all: node 0 starts round k at 30k ms (33 at 990 ms). A node h hops away
+  // can be h rounds ahead: nodes 1 and 3 started round 34 and wait for node
+  // 0's estimate of it; node 2 finished 34 with theirs and waits in 35.
+  auto result = setup.run();
+  CHECK(result.nodeRounds == std::vector<std::int64_t>{33, 34, 35, 34});
+  // static b = 1: the others mix among themselves at 10 ms a round until the
+  // lead bound holds them max_lead rounds ahead of node 0.
+  setup.options.engine.policy.kind = PolicyKind::Static;
+  setup.options.engine.policy.backups = 1;
+  setup.options.engine.maxLead = 5;
+  result = setup.run();
+  CAPTURE(result.nodeRounds);
+  CHECK(result.nodeRounds[0] == 33);
+  for (std::size_t i = 1; i < 4; ++i) {
+    CHECK(result.nodeRounds[i] >= 33 + 5);
+    CHECK(result.nodeRounds[i] <= 33 + 5 + 1);
+  }
+  CHECK(result.samples.back().meanBackups > 0.0);
+}
+
+TEST_CASE("first crossing, raw and smoothed") {
+  std::vector<sim::Sample> samples(6);
+  const double accuracy[] = {0.5, 0.81, 0.7, 0.8, 0.85, 0.9};
+  for (std::size_t k = 0; k < 6; ++k) {
+    samples[k].timeS = static_cast<double>(k);
+    samples[k].accuracy = accuracy[k];
+  }
+  CHECK(sim::firstCrossing(samples, 0.8) == 1.0);
+  CHECK(sim::firstCrossing(samples, 0.8, 3) == 5.0);  // means 0.67, 0.77, 0.78, then 0.85
+  CHECK_FALSE(sim::firstCrossing(samples, 0.95));
+}
