@@ -83,6 +83,7 @@ consensus::PolicySpec policySpec(const NodeConfig& config) {
   spec.backups = config.consensus.backups;
   spec.timeout = consensus::fromMilliseconds(config.consensus.timeoutMs);
   spec.quantile = config.consensus.quantile;
+  spec.pullTerm = config.consensus.dynamicPull;
   return spec;
 }
 

@@ -247,6 +247,9 @@ std::vector<Key> makeKeys() {
               "Rounds with policy all that seed the dynamic policy's estimators."),
       integer("consensus.window_rounds", CONSENSUSD_FIELD(consensus.windowRounds), 1, 100000,
               "Sliding window of the arrival-time and gradient estimators."),
+      flag("consensus.dynamic_pull", CONSENSUSD_FIELD(consensus.dynamicPull),
+           "dynamic: count the pull toward the neighbours (L/2 sum w ||x_j - x_i||^2) in the "
+           "gain of waiting for more."),
 
       choice("straggler.kind", CONSENSUSD_FIELD(straggler.kind),
              {"none", "constant", "exponential", "shifted-exponential", "pareto", "bimodal"},

@@ -51,13 +51,14 @@ class ArrivalQuantile : public WaitPolicy {
 
 class Dynamic : public WaitPolicy {
  public:
-  explicit Dynamic(std::int64_t warmupRounds) : warmupRounds_(warmupRounds) {}
+  Dynamic(std::int64_t warmupRounds, bool pullTerm)
+      : warmupRounds_(warmupRounds), pullTerm_(pullTerm) {}
   WaitDecision decide(const PolicyContext& context) override {
     if (context.round < warmupRounds_ || context.arrivals->size() < 2 ||
         context.gradients->samples() < 2) {
       return {context.maxCount, std::nullopt};
     }
-    const std::vector<DynamicScore> scores = dynamicScores(context);
+    const std::vector<DynamicScore> scores = dynamicScores(context, pullTerm_);
     const DynamicScore* best = nullptr;
     for (const DynamicScore& score : scores) {
       if (score.gain > 0 && (best == nullptr || score.rho > best->rho)) best = &score;
@@ -67,11 +68,12 @@ class Dynamic : public WaitPolicy {
 
  private:
   std::int64_t warmupRounds_;
+  bool pullTerm_;
 };
 
 }  // namespace
 
-std::vector<DynamicScore> dynamicScores(const PolicyContext& context) {
+std::vector<DynamicScore> dynamicScores(const PolicyContext& context, bool pullTerm) {
   // Live neighbours, fastest first (median arrival offset).
   std::vector<const NeighborView*> order;
   for (const NeighborView& neighbor : *context.neighbors) {
@@ -109,7 +111,8 @@ std::vector<DynamicScore> dynamicScores(const PolicyContext& context) {
     // the neighbours (L/2 sum w ||x_j - x_i||^2: what mixing removes from the
     // disagreement, weighted like the smoothness bound does).
     const double gain = eta * gradNormSq * (1.0 - smoothness * eta / 2.0) -
-                        smoothness * eta * eta / 2.0 * noise * s2 + smoothness / 2.0 * pull;
+                        smoothness * eta * eta / 2.0 * noise * s2 +
+                        (pullTerm ? smoothness / 2.0 * pull : 0.0);
     const Duration expected =
         std::max(expectedTimes[std::min(m, liveSlots.size())], context.leadFloor);
     const double seconds = std::max(std::chrono::duration<double>(expected).count(), 1e-9);
@@ -129,7 +132,7 @@ std::unique_ptr<WaitPolicy> makePolicy(const PolicySpec& spec, std::int64_t warm
     case PolicyKind::Quantile:
       return std::make_unique<ArrivalQuantile>(spec.quantile);
     case PolicyKind::Dynamic:
-      return std::make_unique<Dynamic>(warmupRounds);
+      return std::make_unique<Dynamic>(warmupRounds, spec.pullTerm);
   }
   return std::make_unique<WaitForAll>();
 }

@@ -62,6 +62,7 @@ struct NodeConfig {
     std::int64_t staleness = 0;
     std::int64_t maxLead = 20;
     bool roundSkipping = true;
+    bool dynamicPull = true;
     std::int64_t skipAhead = 2;
     std::int64_t mailboxDepth = 4;
     double peerTimeoutMs = 3000.0;

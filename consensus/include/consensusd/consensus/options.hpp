@@ -33,6 +33,7 @@ struct PolicySpec {
   std::int64_t backups = 1;                         // static: b
   Duration timeout{std::chrono::milliseconds(20)};  // timeout
   double quantile = 0.5;                            // quantile: q
+  bool pullTerm = true;  // dynamic: the consensus pull counts in the gain
 };
 
 struct EngineOptions {

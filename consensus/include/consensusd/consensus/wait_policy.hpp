@@ -54,6 +54,6 @@ struct DynamicScore {
   double expectedTimeS;
   double rho;
 };
-std::vector<DynamicScore> dynamicScores(const PolicyContext& context);
+std::vector<DynamicScore> dynamicScores(const PolicyContext& context, bool pullTerm = true);
 
 }  // namespace consensusd::consensus
