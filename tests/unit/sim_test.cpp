@@ -129,3 +129,22 @@ TEST_CASE("first crossing, raw and smoothed") {
   CHECK(sim::firstCrossing(samples, 0.8, 3) == 5.0);  // means 0.67, 0.77, 0.78, then 0.85
   CHECK_FALSE(sim::firstCrossing(samples, 0.95));
 }
+
+TEST_CASE("two slow neighbours side by side do not pace the whole ring") {
+  // Nodes 0 and 1 take 30 ms, the other four 10 ms; waiting for 1 of 2. Each
+  // slow node has one slow and one fast neighbour: the lower median of its
+  // neighbours' rounds is the slow one, so only the near-the-lead-bound rule
+  // makes it skip; without it the fast nodes would stay within max_lead
+  // rounds of 33.
+  Setup setup("ring", 6);
+  setup.options.stragglers.assign(6, {});
+  setup.options.stragglers[0] = straggler(consensus::StragglerKind::Constant, 20ms, 0ms);
+  setup.options.stragglers[1] = straggler(consensus::StragglerKind::Constant, 20ms, 0ms);
+  setup.options.engine.policy.kind = PolicyKind::Static;
+  setup.options.engine.policy.backups = 1;
+  setup.options.engine.maxLead = 5;
+  setup.options.engine.roundSkipping = true;
+  const auto result = setup.run();
+  CAPTURE(result.nodeRounds);
+  for (std::size_t i = 2; i < 6; ++i) CHECK(result.nodeRounds[i] >= 66);
+}
