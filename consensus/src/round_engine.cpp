@@ -222,8 +222,8 @@ std::optional<std::int64_t> RoundEngine<Scalar>::skipTarget(Time now) const {
   std::nth_element(rounds.begin(), middle, rounds.end());
   // Most neighbours are ahead: join them at the (lower) median.
   if (*middle - round_ > options_.skipAhead) return *middle;
-  // A neighbour is about to be held back by the lead bound because of us:
-  // catch up with it. Without this, a cluster of slow neighbours (none of
+  // Optional (skip_near_bound): a neighbour is about to be held back by the
+  // lead bound because of us: catch up with it. Without this, a cluster of slow neighbours (none of
   // them behind a majority) never skips and paces the whole graph. Only near
   // the bound: a far larger gap is a reunion after a partition, where mixing
   // with the newest estimates while the node ahead waits re-converges better
@@ -232,7 +232,7 @@ std::optional<std::int64_t> RoundEngine<Scalar>::skipTarget(Time now) const {
   const std::int64_t gap = newest - round_;
   const std::int64_t nearBound =
       std::max(options_.maxLead - options_.skipAhead, options_.skipAhead + 1);
-  if (gap >= nearBound && gap <= 2 * options_.maxLead) return newest;
+  if (options_.skipNearBound && gap >= nearBound && gap <= 2 * options_.maxLead) return newest;
   return std::nullopt;
 }
 

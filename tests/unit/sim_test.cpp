@@ -133,9 +133,8 @@ TEST_CASE("first crossing, raw and smoothed") {
 TEST_CASE("two slow neighbours side by side do not pace the whole ring") {
   // Nodes 0 and 1 take 30 ms, the other four 10 ms; waiting for 1 of 2. Each
   // slow node has one slow and one fast neighbour: the lower median of its
-  // neighbours' rounds is the slow one, so only the near-the-lead-bound rule
-  // makes it skip; without it the fast nodes would stay within max_lead
-  // rounds of 33.
+  // neighbours' rounds is the slow one, so only skip_near_bound makes it
+  // skip; without it the fast nodes stay within max_lead rounds of 33.
   Setup setup("ring", 6);
   setup.options.stragglers.assign(6, {});
   setup.options.stragglers[0] = straggler(consensus::StragglerKind::Constant, 20ms, 0ms);
@@ -144,7 +143,11 @@ TEST_CASE("two slow neighbours side by side do not pace the whole ring") {
   setup.options.engine.policy.backups = 1;
   setup.options.engine.maxLead = 5;
   setup.options.engine.roundSkipping = true;
-  const auto result = setup.run();
+  auto result = setup.run();
+  CAPTURE(result.nodeRounds);
+  for (std::size_t i = 2; i < 6; ++i) CHECK(result.nodeRounds[i] < 66);  // paced by the slow pair
+  setup.options.engine.skipNearBound = true;
+  result = setup.run();
   CAPTURE(result.nodeRounds);
   for (std::size_t i = 2; i < 6; ++i) CHECK(result.nodeRounds[i] >= 66);
 }

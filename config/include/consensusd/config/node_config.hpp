@@ -63,6 +63,7 @@ struct NodeConfig {
     std::int64_t maxLead = 20;
     bool roundSkipping = true;
     bool dynamicPull = true;
+    bool skipNearBound = false;
     std::int64_t skipAhead = 2;
     std::int64_t mailboxDepth = 4;
     double peerTimeoutMs = 3000.0;

@@ -44,6 +44,9 @@ struct EngineOptions {
   std::int64_t maxLead = 20;
   bool roundSkipping = true;
   std::int64_t skipAhead = 2;
+  // Also skip to a neighbour our lag holds at the lead bound (experimental:
+  // docs/experiments.md, regime change).
+  bool skipNearBound = false;
   std::size_t mailboxDepth = 4;
   std::size_t minResponders = 1;  // m_min
   std::size_t maxResponders = 0;  // 0: the degree
