@@ -155,10 +155,13 @@ TEST_CASE(
 
   hosts.link(3, true);
   CHECK(waitFor([&] { return !suspectOf3() && status(dir, 3).value("suspects", 9) == 0; }, 20s));
-  const std::int64_t healedAt = roundOf(dir, 1);
-  REQUIRE(waitFor([&] { return roundOf(dir, 3) > healedAt + 300; }, 30s));
+  // Whichever side ran more rounds while cut (thousands, alone n3 waits for
+  // nobody), the other catches up: the one ahead waits at the lead bound
+  // while the rest mix its newest estimate, or the one behind skips.
+  CHECK(waitFor([&] { return std::abs(roundOf(dir, 3) - roundOf(dir, 1)) < 50; }, 60s));
+  const std::int64_t caughtUp = roundOf(dir, 1);
+  REQUIRE(waitFor([&] { return roundOf(dir, 3) > caughtUp + 300; }, 30s));
   const double healed = distance(parameters(dir, 3), parameters(dir, 1));
   MESSAGE("distance n3-n1: together " << together << ", cut " << apart << ", healed " << healed);
   CHECK(healed < 0.5 * apart);
-  CHECK(std::abs(roundOf(dir, 3) - roundOf(dir, 1)) < 50);
 }
