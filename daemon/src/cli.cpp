@@ -1,6 +1,7 @@
 #include "cli.hpp"
 
 #include <iostream>
+#include <sstream>
 
 #include "consensusd/data/dataset.hpp"
 #include "consensusd/schema/input_error.hpp"
@@ -8,6 +9,29 @@
 #include "consensusd/version.hpp"
 
 namespace consensusd::cli {
+
+std::map<std::size_t, std::vector<std::string>> stragglerOverrides(
+    const std::vector<std::string>& specs, const topology::Topology& graph, bool allowAll) {
+  std::map<std::size_t, std::vector<std::string>> overrides;
+  for (const std::string& spec : specs) {
+    const auto eq = spec.find('=');
+    const std::string who = spec.substr(0, eq);
+    const bool all = allowAll && who == "all";
+    const auto index = graph.indexOf(who);
+    if (eq == std::string::npos || (!all && !index)) {
+      throw UsageError("--straggler '" + spec +
+                       "': expected NODE=KEY=VALUE[,KEY=VALUE] with NODE a node of the topology" +
+                       (allowAll ? " or all" : ""));
+    }
+    for (std::size_t i = 0; i < graph.size(); ++i) {
+      if (!all && i != *index) continue;
+      std::stringstream items(spec.substr(eq + 1));
+      for (std::string item; std::getline(items, item, ',');)
+        if (!item.empty()) overrides[i].push_back("straggler." + item);
+    }
+  }
+  return overrides;
+}
 
 void addVersionFlag(CLI::App& app) {
   app.set_version_flag("--version", app.get_name() + " " + kVersion);

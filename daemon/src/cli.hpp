@@ -5,7 +5,12 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <map>
 #include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "consensusd/topology/topology.hpp"
 
 namespace consensusd::cli {
 
@@ -27,5 +32,11 @@ int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
 
 // Adds --version printing the program name and version.
 void addVersionFlag(CLI::App& app);
+
+// `--straggler NODE=KEY=VALUE[,KEY=VALUE]` (and `all=...` when allowed): the
+// `straggler.KEY=VALUE` overrides of each node, by topology index. A node not
+// in the topology is a UsageError; the keys are checked by the config schema.
+std::map<std::size_t, std::vector<std::string>> stragglerOverrides(
+    const std::vector<std::string>& specs, const topology::Topology& graph, bool allowAll);
 
 }  // namespace consensusd::cli

@@ -198,6 +198,7 @@ class Runner {
  private:
   // An estimate on its way out: header and the round's shared payload.
   struct Outgoing {
+    std::int64_t round = 0;
     Time due{};
     std::array<std::byte, wire::kHeaderSize> header{};
     std::shared_ptr<std::vector<Scalar>> payload;
@@ -314,6 +315,7 @@ class Runner {
   // message holds a reference, the last send to complete frees it.
   void publish(std::int64_t round, const Vector& params) {
     Outgoing out;
+    out.round = round;
     out.payload =
         std::make_shared<std::vector<Scalar>>(params.data(), params.data() + params.size());
     wire::Header header;
@@ -406,13 +408,7 @@ class Runner {
     if (fresh) return;
     const bool stuck = previous->second == round;
     previous->second = round;
-    if (stuck && lastSent_ && lastSentRound() >= round - cfg_.consensus.staleness) resendTo(peer);
-  }
-
-  std::int64_t lastSentRound() const {
-    std::int64_t round = 0;
-    std::memcpy(&round, lastSent_->header.data() + 16, sizeof round);
-    return round;
+    if (stuck && lastSent_ && lastSent_->round >= round - cfg_.consensus.staleness) resendTo(peer);
   }
 
   // HELLO goes out only if there is room (another follows soon); DECISION and
@@ -763,13 +759,16 @@ class Runner {
         wake = std::min(wake, std::chrono::duration_cast<Time>(service_.nextFeed() - started_));
       const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
           wake - now() + std::chrono::microseconds(999));
-      // Links with something waiting are polled for room in their queue.
-      std::vector<zmq::pollitem_t> items = {{router_.handle(), 0, ZMQ_POLLIN, 0},
-                                            {nullptr, worker_->readyFd(), ZMQ_POLLIN, 0},
-                                            {nullptr, signalFd_, ZMQ_POLLIN, 0},
-                                            {nullptr, wakeFd_, ZMQ_POLLIN, 0},
-                                            {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
-      std::vector<Link*> waiting;
+      // Links with something waiting are polled for room in their queue
+      // (both vectors are members: no allocation per loop).
+      auto& items = pollItems_;
+      auto& waiting = waitingLinks_;
+      items = {{router_.handle(), 0, ZMQ_POLLIN, 0},
+               {nullptr, worker_->readyFd(), ZMQ_POLLIN, 0},
+               {nullptr, signalFd_, ZMQ_POLLIN, 0},
+               {nullptr, wakeFd_, ZMQ_POLLIN, 0},
+               {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
+      waiting.clear();
       for (auto& [node, link] : links_) {
         if (!link.estimate && link.controls.empty()) continue;
         items.push_back({link.dealer.handle(), 0, ZMQ_POLLOUT, 0});
@@ -846,6 +845,8 @@ class Runner {
   zmq::socket_t router_;
   zmq::socket_t monitor_;  // the router's connection events
   std::map<std::size_t, Link> links_;
+  std::vector<zmq::pollitem_t> pollItems_;
+  std::vector<Link*> waitingLinks_;
   std::map<std::size_t, std::int64_t> helloRounds_;  // last keep-alive round per neighbour
   std::map<std::string, std::size_t> peerIndex_;
   std::map<std::size_t, Time> lastHeard_;

@@ -135,27 +135,10 @@ int runSimulate(const SimulateOptions& options) {
   const std::string base = "node: {id: " + graph.node(0).id + "}\ntopology: {file: unused}\n";
   const config::NodeConfig common = config::readConfig(base, "--set", options.sets);
   std::vector<consensus::StragglerSpec> stragglers(graph.size());
-  {
-    std::map<std::size_t, std::vector<std::string>> perNode;
-    for (const std::string& spec : options.stragglers) {
-      const auto eq = spec.find('=');
-      const std::string who = spec.substr(0, eq);
-      const auto index = graph.indexOf(who);
-      if (eq == std::string::npos || (who != "all" && !index)) {
-        throw UsageError("--straggler '" + spec +
-                         "': expected NODE=KEY=VALUE[,KEY=VALUE] (NODE a node id or all)");
-      }
-      for (std::size_t i = 0; i < graph.size(); ++i) {
-        if (who != "all" && i != *index) continue;
-        for (const std::string& item : split(spec.substr(eq + 1), ','))
-          perNode[i].push_back("straggler." + item);
-      }
-    }
-    for (const auto& [i, overrides] : perNode) {
-      std::vector<std::string> all = options.sets;
-      all.insert(all.end(), overrides.begin(), overrides.end());
-      stragglers[i] = config::stragglerSpec(config::readConfig(base, "--straggler", all));
-    }
+  for (const auto& [i, overrides] : stragglerOverrides(options.stragglers, graph, true)) {
+    std::vector<std::string> all = options.sets;
+    all.insert(all.end(), overrides.begin(), overrides.end());
+    stragglers[i] = config::stragglerSpec(config::readConfig(base, "--straggler", all));
   }
 
   const data::TrainTest data = data::load(config::dataSource(common));

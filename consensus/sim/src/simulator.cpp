@@ -35,6 +35,8 @@ struct Node {
   data::MinibatchSampler sampler;
   std::optional<consensus::Straggler> straggler;
   Vector gradient;
+  double loss = 0;  // of the gradient in flight
+  data::GradientStats stats;
   double lossEwma = 0;
   bool lossSeen = false;
   std::optional<Time> wake;  // the pending Wake event's time
@@ -58,6 +60,8 @@ class Simulation {
                                        options.seed * 7919u + i),
                 std::nullopt,
                 Vector(initial.size()),
+                0,
+                {},
                 0,
                 false,
                 std::nullopt};
@@ -94,8 +98,7 @@ class Simulation {
       Node& node = nodes_[event.node];
       switch (event.kind) {
         case EventKind::Gradient:
-          node.engine->onGradient(event.round, node.gradient, lastLoss_[event.node],
-                                  lastStats_[event.node], event.at);
+          node.engine->onGradient(event.round, node.gradient, node.loss, node.stats, event.at);
           break;
         case EventKind::Estimate:
           node.engine->onEstimate(event.from, event.round, event.payload->data(), event.at);
@@ -147,12 +150,10 @@ class Simulation {
       }
       // The gradient is computed now (real) and delivered after its virtual time.
       data::gather(shares_[i], node.sampler.next(), batch_);
-      lastLoss_.resize(nodes_.size());
-      lastStats_.resize(nodes_.size());
-      lastLoss_[i] = static_cast<double>(
-          model_.lossAndGradient(*start->params, batch_, node.gradient, &lastStats_[i]));
+      node.loss = static_cast<double>(
+          model_.lossAndGradient(*start->params, batch_, node.gradient, &node.stats));
       node.lossEwma =
-          node.lossSeen ? node.lossEwma + 0.05 * (lastLoss_[i] - node.lossEwma) : lastLoss_[i];
+          node.lossSeen ? node.lossEwma + 0.05 * (node.loss - node.lossEwma) : node.loss;
       node.lossSeen = true;
       Duration compute = options_.compute;
       if (node.straggler) compute += node.straggler->extraDelay(start->round, options_.compute);
@@ -206,8 +207,6 @@ class Simulation {
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::uint64_t order_ = 0;
   data::Batch<float> batch_;
-  std::vector<double> lastLoss_;
-  std::vector<data::GradientStats> lastStats_;
   double backups_ = 0;
   std::int64_t recorded_ = 0;
   SimResult result_;
