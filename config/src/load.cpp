@@ -1,6 +1,11 @@
 #include "consensusd/config/load.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -229,6 +234,7 @@ LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>&
                std::to_string(consensus.minResponders) + ") of this node's " +
                std::to_string(degree) + " neighbours");
   }
+  std::optional<CurveKeyPair> curve;
   if (config.security.curve) {
     for (const topology::NodeSpec& node : graph.nodes()) {
       if (node.publicKey.empty()) {
@@ -236,6 +242,16 @@ LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>&
                "security.curve needs a public_key for every node; '" + node.id + "' in " +
                    config.topology.file + " has none");
       }
+    }
+    const std::string& keyFile = config.security.secretKeyFile;
+    if (!fs::is_regular_file(keyFile, error)) {
+      failAt(origins, "security.secret_key_file", "key file '" + keyFile + "' does not exist");
+    }
+    curve = readKeyFile(keyFile);
+    if (curve->publicKey != graph.node(*index).publicKey) {
+      failAt(origins, "security.secret_key_file",
+             "the key pair in '" + keyFile + "' does not belong to node '" + config.node.id +
+                 "': its public key differs from the node's public_key in " + config.topology.file);
     }
   }
   if (config.status.socket.empty()) {
@@ -245,7 +261,45 @@ LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>&
   }
   if (config.checkpoint.dir.empty())
     config.checkpoint.dir = "/var/lib/consensusd/" + config.node.id;
-  return {std::move(config), std::move(graph), *index};
+  return {std::move(config), std::move(graph), *index, std::move(curve)};
+}
+
+CurveKeyPair readKeyFile(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    throw InputError(path, {}, "cannot read the key file: " + std::string(std::strerror(errno)));
+  }
+  if ((info.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(info.st_mode & 07777));
+    throw InputError(path, {},
+                     std::string("the secret key is readable by other users (mode ") + mode +
+                         "): chmod 600 " + path);
+  }
+  const Source source{path};
+  const YamlNode tree = schema::loadYamlFile(path);
+  const MapReader map(source, tree, "");
+  map.rejectUnknown({"node", "public_key", "secret_key"});
+  CurveKeyPair keys;
+  for (auto [key, field] :
+       {std::pair{"public_key", &keys.publicKey}, std::pair{"secret_key", &keys.secretKey}}) {
+    const YamlNode& node = map.require(key);
+    *field = schema::readString(source, node, key);
+    if (!topology::isZ85Key(*field)) {
+      schema::fail(source, node,
+                   std::string(key) + " must be 40 Z85 characters (consensusctl keygen)", key);
+    }
+  }
+  return keys;
+}
+
+std::string keyFileText(const std::string& node, const CurveKeyPair& keys) {
+  return "# CurveZMQ key pair of consensusd node " + node +
+         " (consensusctl keygen).\n"
+         "# The secret key must stay secret: mode 0600, never in the topology file.\n"
+         "node: \"" +
+         node + "\"\npublic_key: \"" + keys.publicKey + "\"\nsecret_key: \"" + keys.secretKey +
+         "\"\n";
 }
 
 std::string toYaml(const NodeConfig& config) {

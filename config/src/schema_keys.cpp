@@ -291,10 +291,10 @@ std::vector<Key> makeKeys() {
               "Generations kept (at least 2)."),
 
       flag("security.curve", CONSENSUSD_FIELD(security.curve),
-           "Authenticate and encrypt links with CurveZMQ (not implemented yet: consensusd refuses "
-           "to start)."),
+           "Authenticate and encrypt links with CurveZMQ: only the neighbours' public keys (the "
+           "topology's public_key) are admitted."),
       text("security.secret_key_file", CONSENSUSD_FIELD(security.secretKeyFile), "path",
-           "This node's secret key (consensusctl keygen), mode 0600."),
+           "This node's key file (consensusctl keygen); must not be readable by others."),
 
       choice("log.level", CONSENSUSD_FIELD(log.level), {"trace", "debug", "info", "warn", "error"},
              "Log level."),

@@ -26,18 +26,10 @@ struct ComposeOptions {
 // Inside the compose network every node is reached by its service name.
 topology::Topology withServiceEndpoints(const topology::Topology& given, int port,
                                         const std::string& file) {
-  topology::TopologySpec spec;
-  spec.name = given.name();
-  spec.directed = given.directed();
-  spec.mixing = given.mixing();
-  spec.doublyStochastic = given.doublyStochastic();
-  for (topology::NodeSpec node : given.nodes()) {
+  topology::TopologySpec spec = topology::toSpec(given);
+  for (topology::NodeSpec& node : spec.nodes) {
     node.endpoint = "tcp://" + node.id + ":" + std::to_string(port);
     node.status = "/run/consensusd/" + node.id + ".sock";
-    spec.nodes.push_back(std::move(node));
-  }
-  for (const topology::Edge& edge : given.edges()) {
-    spec.edges.push_back({given.node(edge.from).id, given.node(edge.to).id, edge.weight, {}});
   }
   return topology::Topology::fromSpec(std::move(spec), file);
 }

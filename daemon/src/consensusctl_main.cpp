@@ -2,6 +2,7 @@
 
 #include "cli.hpp"
 #include "compose_command.hpp"
+#include "keygen_command.hpp"
 #include "simulate_command.hpp"
 #include "status_commands.hpp"
 #include "topology_commands.hpp"
@@ -18,5 +19,6 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   consensusd::cli::addStatusCommands(app, action);
   consensusd::cli::addComposeCommand(app, action);
   consensusd::cli::addSimulateCommand(app, action);
+  consensusd::cli::addKeygenCommand(app, action);
   return consensusd::cli::run(app, argc, argv, [&] { return action(); });
 }

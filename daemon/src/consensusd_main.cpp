@@ -10,6 +10,7 @@
 
 #include "cli.hpp"
 #include "consensusd/config/load.hpp"
+#include "curve.hpp"
 #include "node.hpp"
 #include "status_server.hpp"
 
@@ -85,19 +86,27 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       return consensusd::cli::kExitOk;
     }
     const auto& graph = loaded.topology;
+    if (const auto& keys = loaded.curve) {
+      // Never run in the clear, or with a key pair that cannot work, when the operator asked for
+      // CURVE.
+      const std::string& keyFile = loaded.config.security.secretKeyFile;
+      if (!consensusd::daemon::curve::available()) {
+        std::cerr << configFile
+                  << ": security.curve: this libzmq was built without CURVE; refusing to start\n";
+        return consensusd::schema::kExitConfig;
+      }
+      if (consensusd::daemon::curve::publicKeyOf(keys->secretKey) != keys->publicKey) {
+        std::cerr << keyFile
+                  << ": secret_key does not belong to public_key (security.secret_key_file)\n";
+        return consensusd::schema::kExitConfig;
+      }
+    }
     if (checkOnly) {
       std::cout << configFile << ": ok (node " << loaded.config.node.id << " of " << graph.name()
                 << ", " << graph.size() << " nodes, degree "
                 << graph.inNeighbors(loaded.nodeIndex).size() << ", topology hash "
                 << graph.hashHex() << ")\n";
       return consensusd::cli::kExitOk;
-    }
-    if (loaded.config.security.curve) {
-      // Never run in the clear when the operator asked for encryption.
-      std::cerr << configFile
-                << ": security.curve: CurveZMQ links are not implemented in this version; "
-                << "refusing to start unencrypted\n";
-      return consensusd::schema::kExitConfig;
     }
     return runDaemon(loaded);
   });

@@ -22,6 +22,7 @@
 #include "consensusd/consensus/straggler.hpp"
 #include "consensusd/data/partition.hpp"
 #include "consensusd/version.hpp"
+#include "curve.hpp"
 #include "service_notify.hpp"
 #include "wire.hpp"
 
@@ -247,12 +248,21 @@ class Runner {
     router_.set(zmq::sockopt::linger, 0);
     router_.set(zmq::sockopt::heartbeat_ivl, 1000);
     router_.set(zmq::sockopt::heartbeat_timeout, 5000);
+    if (loaded_.curve) {
+      // Admitted: the in-neighbours' keys; the handler answers before the first connection.
+      std::map<std::string, std::string> admitted;
+      for (const topology::Neighbor& in : topology_.inNeighbors(self_))
+        admitted.emplace(topology_.node(in.index).publicKey, topology_.node(in.index).id);
+      zap_ = std::make_unique<curve::ZapHandler>(context_, std::move(admitted));
+      curve::makeServer(router_, *loaded_.curve);
+    }
     // What never reaches recv: junk that fails the ZMTP handshake, and
     // connections ZeroMQ closes (a frame over MAXMSGSIZE ends here).
     const std::string monitorEndpoint = "inproc://router-monitor";
     if (zmq_socket_monitor(router_.handle(), monitorEndpoint.c_str(),
                            ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_DISCONNECTED) != 0)
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_DISCONNECTED) != 0)
       throw zmq::error_t();
     monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
     monitor_.connect(monitorEndpoint);
@@ -273,6 +283,8 @@ class Runner {
       dealer.set(zmq::sockopt::heartbeat_timeout, 5000);
       dealer.set(zmq::sockopt::reconnect_ivl, 100);
       dealer.set(zmq::sockopt::reconnect_ivl_max, 2000);
+      if (loaded_.curve)
+        curve::makeClient(dealer, *loaded_.curve, topology_.node(out.index).publicKey);
       dealer.connect(topology_.node(out.index).endpoint);
       links_.emplace(out.index, Link{std::move(dealer), {}, {}});
     }
@@ -460,7 +472,10 @@ class Runner {
       const auto got =
           zmq::recv_multipart(router_, std::back_inserter(frames), zmq::recv_flags::dontwait);
       if (!got) return;
-      const auto identity = frames[0].to_string();
+      // With CURVE the peer is who its key says (the ZAP User-Id), not the
+      // routing id it chose; without, the routing id is all there is.
+      const auto identity =
+          zap_ && frames.size() > 1 ? curve::userIdOf(frames[1]) : frames[0].to_string();
       const auto peer = peerIndex_.find(identity);
       const std::optional<std::size_t> from =
           peer == peerIndex_.end() ? std::nullopt : std::optional(peer->second);
@@ -526,6 +541,8 @@ class Runner {
         std::memcpy(&event, frames[0].data(), sizeof event);
       if (event == ZMQ_EVENT_DISCONNECTED) {
         ++rejects_["connection_closed"];
+      } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+        reject(std::nullopt, wire::Reject::Auth);  // the ZAP handler denied the key
       } else {
         reject(std::nullopt, wire::Reject::Handshake);
       }
@@ -767,7 +784,9 @@ class Runner {
                {nullptr, worker_->readyFd(), ZMQ_POLLIN, 0},
                {nullptr, signalFd_, ZMQ_POLLIN, 0},
                {nullptr, wakeFd_, ZMQ_POLLIN, 0},
-               {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
+               {monitor_.handle(), 0, ZMQ_POLLIN, 0},
+               {zap_ ? zap_->socket().handle() : nullptr, -1,
+                static_cast<short>(zap_ ? ZMQ_POLLIN : 0), 0}};
       waiting.clear();
       for (auto& [node, link] : links_) {
         if (!link.estimate && link.controls.empty()) continue;
@@ -777,8 +796,9 @@ class Runner {
       zmq::poll(items, std::max(timeout, std::chrono::milliseconds(0)));
       if (items[0].revents & ZMQ_POLLIN) receive();
       if (items[4].revents & ZMQ_POLLIN) receiveEvents();
+      if (items[5].revents & ZMQ_POLLIN) zap_->answer();
       for (std::size_t w = 0; w < waiting.size(); ++w) {
-        if (items[5 + w].revents & ZMQ_POLLOUT) flush(*waiting[w]);
+        if (items[6 + w].revents & ZMQ_POLLOUT) flush(*waiting[w]);
       }
       if (items[2].revents & ZMQ_POLLIN) {
         signalfd_siginfo info{};
@@ -819,6 +839,7 @@ class Runner {
     zmq_socket_monitor(router_.handle(), nullptr, 0);
     monitor_.close();
     router_.close();
+    zap_.reset();
     spdlog::info("stopped at round {}: test accuracy {:.4f}, rejects {}", engine_->round(),
                  accuracy_, nlohmann::json(rejects_).dump());
   }
@@ -843,7 +864,8 @@ class Runner {
 
   zmq::context_t context_{1};
   zmq::socket_t router_;
-  zmq::socket_t monitor_;  // the router's connection events
+  zmq::socket_t monitor_;                   // the router's connection events
+  std::unique_ptr<curve::ZapHandler> zap_;  // with security.curve
   std::map<std::size_t, Link> links_;
   std::vector<zmq::pollitem_t> pollItems_;
   std::vector<Link*> waitingLinks_;

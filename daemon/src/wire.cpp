@@ -199,6 +199,8 @@ const char* toString(Reject reason) {
       return "duplicate";
     case Reject::Handshake:
       return "handshake";
+    case Reject::Auth:
+      return "auth";
   }
   return "?";
 }

@@ -61,6 +61,7 @@ enum class Reject {
   Stale,
   Duplicate,
   Handshake,  // the connection failed the ZMTP handshake (junk bytes, another mechanism)
+  Auth,       // CURVE: the ZAP handler denied the key (not a neighbour's)
 };
 const char* toString(Reject reason);
 

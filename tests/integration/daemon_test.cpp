@@ -16,42 +16,30 @@
 #include <zmq.hpp>
 
 #include "cluster.hpp"
+#include "cluster_status.hpp"
+#include "peers.hpp"
 #include "status_client.hpp"
 #include "wire.hpp"
 
 using consensusd::cli::askDaemon;
+using consensusd::testing::answers;
+using consensusd::testing::ask;
+using consensusd::testing::bytesOf;
 using consensusd::testing::Cluster;
+using consensusd::testing::endpointOf;
+using consensusd::testing::Intruder;
+using consensusd::testing::kFast;
+using consensusd::testing::readBytes;
+using consensusd::testing::roundOf;
 using consensusd::testing::runProcess;
+using consensusd::testing::sendRawTcp;
 using consensusd::testing::TempDir;
 using consensusd::testing::waitFor;
+using consensusd::testing::with;
 using nlohmann::json;
 using namespace std::chrono_literals;
 
 namespace {
-
-const std::vector<std::string> kFast{"data.dataset=synthetic-logistic", "model.kind=logistic",
-                                     "train.eval_every_rounds=0", "log.progress_every_s=1"};
-
-std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
-  base.insert(base.end(), more.begin(), more.end());
-  return base;
-}
-
-json ask(const Cluster& cluster, std::size_t i, const json& request) {
-  return askDaemon(cluster.socket(i), request, 5s);
-}
-
-bool answers(const Cluster& cluster, std::size_t i) {
-  try {
-    return ask(cluster, i, {{"cmd", "status"}}).value("ok", false);
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-
-std::int64_t roundOf(const Cluster& cluster, std::size_t i) {
-  return ask(cluster, i, {{"cmd", "status"}}).value("round", std::int64_t{-1});
-}
 
 // Sends raw bytes, returns the first answer line.
 std::string rawRequest(const std::string& path, const std::string& bytes) {
@@ -186,31 +174,6 @@ TEST_CASE("a killed node is marked suspect, the others go on, and it resumes fro
   CHECK(waitFor([&] { return roundOf(cluster, 2) + 10 >= roundOf(cluster, 0); }, 20s));
 }
 
-namespace {
-
-// A raw ZeroMQ peer speaking to n0's ROUTER as `identity`.
-struct Intruder {
-  zmq::context_t context;
-  zmq::socket_t socket{context, zmq::socket_type::dealer};
-  Intruder(const std::string& endpoint, const std::string& identity) {
-    socket.set(zmq::sockopt::routing_id, identity);
-    socket.set(zmq::sockopt::linger, 0);
-    socket.connect(endpoint);
-  }
-  void send(const std::vector<std::string>& frames) {
-    for (std::size_t i = 0; i < frames.size(); ++i) {
-      socket.send(zmq::buffer(frames[i]),
-                  i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-    }
-  }
-};
-
-std::string bytesOf(const std::array<std::byte, consensusd::wire::kHeaderSize>& header) {
-  return {reinterpret_cast<const char*>(header.data()), header.size()};
-}
-
-}  // namespace
-
 TEST_CASE("hostile traffic is dropped and counted by reason, and the node keeps its pace") {
   Cluster cluster(2, with(kFast, {"train.rounds=0", "consensus.peer_timeout_ms=300"}));
   cluster.start(0);  // n1 never starts: the test speaks in its place
@@ -286,7 +249,7 @@ TEST_CASE("hostile traffic is dropped and counted by reason, and the node keeps 
   CHECK(first["round"].get<std::int64_t>() < now);
 }
 
-TEST_CASE("a SIGSTOPped node does not stop the others; after SIGCONT it catches up") {
+TEST_CASE("a SIGSTOPped node does not stop the others and after SIGCONT it catches up") {
   Cluster cluster(
       3, with(kFast, {"train.rounds=0", "consensus.policy=all", "consensus.peer_timeout_ms=300"}));
   cluster.startAll();
@@ -308,15 +271,8 @@ namespace {
 
 // GET `path` from 127.0.0.1:`port`; returns the whole response (head and body).
 std::string httpGet(int port, const std::string& path) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<std::uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-    ::close(fd);
-    return {};
-  }
+  const int fd = consensusd::testing::connectLoopback(port);
+  if (fd < 0) return {};
   const std::string request =
       "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
   ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
@@ -362,31 +318,6 @@ std::vector<json> metricsOf(const Cluster& cluster, std::size_t i) {
   std::vector<json> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
   return lines;
-}
-
-std::string readBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-std::string endpointOf(const Cluster& cluster, std::size_t i) {
-  const std::string text = readBytes(cluster.path("topology.yaml"));
-  std::size_t at = 0;
-  for (std::size_t k = 0; k <= i; ++k) at = text.find("tcp://", at + (k > 0 ? 1 : 0));
-  return text.substr(at, text.find('"', at) - at);
-}
-
-// Raw bytes over plain TCP (not ZMTP) to `endpoint` ("tcp://127.0.0.1:PORT").
-void sendRawTcp(const std::string& endpoint, const std::string& bytes) {
-  const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<std::uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-  ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-  ::close(fd);
 }
 
 }  // namespace

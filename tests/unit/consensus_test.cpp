@@ -354,7 +354,7 @@ TEST_CASE("E[T(m)] matches the closed form for shifted-exponential arrivals") {
   }
 }
 
-TEST_CASE("late arrivals complete censored records; silent neighbours count at the cap") {
+TEST_CASE("late arrivals complete censored records and silent neighbours count at the cap") {
   ArrivalHistory history(2, 10, milliseconds(100));
   ArrivalHistory::Round round;
   round.round = 4;

@@ -60,7 +60,7 @@ struct Setup {
 
 }  // namespace
 
-TEST_CASE("the same seed gives the same run; another seed another") {
+TEST_CASE("the same seed gives the same run and another seed another") {
   Setup setup("ring", 6);
   setup.options.engine.policy.kind = PolicyKind::Dynamic;
   setup.options.stragglers.assign(6, straggler(consensus::StragglerKind::Exponential, 0ms, 5ms));

@@ -285,6 +285,15 @@ TEST_CASE("every validation error names file, line, column and key path") {
         "t.yaml:4:5: duplicate node id 'a' (first at line 2) (nodes[2].id)");
   CHECK(errorOf("nodes:\n" + two + "  - {id: c, endpoint: \"tcp://h:1\"}\nedges: []\n") ==
         "t.yaml:4:5: duplicate endpoint 'tcp://h:1' (also node 'a') (nodes[2].endpoint)");
+  const std::string key = "\"rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7\"";
+  CHECK(errorOf("nodes:\n  - {id: a, endpoint: \"tcp://h:1\", public_key: \"" +
+                std::string(40, ',') + "\"}\nedges: []\n") ==
+        "t.yaml:2:48: public_key must be 40 Z85 characters (consensusctl keygen) "
+        "(nodes[0].public_key)");
+  CHECK(errorOf("nodes:\n  - {id: a, endpoint: \"tcp://h:1\", public_key: " + key +
+                "}\n  - {id: b, endpoint: \"tcp://h:2\", public_key: " + key + "}\nedges: []\n") ==
+        "t.yaml:3:5: duplicate public_key (also node 'a'): every node needs its own key pair "
+        "(nodes[1].public_key)");
   CHECK(errorOf(nodes + "edges:\n  - [a, a]\n") == "t.yaml:5:5: self-loop on node 'a' (edges[0])");
   CHECK(errorOf(nodes + "edges:\n  - [a, z]\n") == "t.yaml:5:5: unknown node 'z' (edges[0].to)");
   CHECK(errorOf(nodes + "edges:\n  - [a, b, c]\n") ==

@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <string_view>
 #include <utility>
 
 namespace consensusd::topology {
@@ -79,6 +80,14 @@ std::vector<bool> reachable(const std::vector<std::vector<std::size_t>>& adjacen
 
 }  // namespace
 
+bool isZ85Key(const std::string& text) {
+  static constexpr std::string_view kAlphabet =
+      "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+  return text.size() == 40 && std::all_of(text.begin(), text.end(), [](char c) {
+           return kAlphabet.find(c) != std::string_view::npos;
+         });
+}
+
 std::string toString(MixingRule rule) {
   switch (rule) {
     case MixingRule::Metropolis:
@@ -147,6 +156,7 @@ Topology Topology::fromSpec(TopologySpec spec, const std::string& sourceFile) {
   // Nodes: valid and unique ids and endpoints.
   std::map<std::string, std::size_t> fileIndex;
   std::map<std::string, std::size_t> endpointIndex;
+  std::map<std::string, std::size_t> keyIndex;
   for (std::size_t i = 0; i < spec.nodes.size(); ++i) {
     const NodeSpec& node = spec.nodes[i];
     const std::string path = "nodes[" + std::to_string(i) + "]";
@@ -164,6 +174,18 @@ Topology Topology::fromSpec(TopologySpec spec, const std::string& sourceFile) {
       fail(node.at,
            "invalid endpoint '" + node.endpoint + "': expected tcp://HOST:PORT or ipc://PATH",
            path + ".endpoint");
+    }
+    if (!node.publicKey.empty() && !isZ85Key(node.publicKey)) {
+      fail(node.at, "public_key must be 40 Z85 characters (consensusctl keygen)",
+           path + ".public_key");
+    }
+    if (!node.publicKey.empty()) {
+      if (const auto [it, inserted] = keyIndex.emplace(node.publicKey, i); !inserted) {
+        fail(node.at,
+             "duplicate public_key (also node '" + spec.nodes[it->second].id +
+                 "'): every node needs its own key pair",
+             path + ".public_key");
+      }
     }
     if (const auto [it, inserted] = endpointIndex.emplace(node.endpoint, i); !inserted) {
       fail(node.at,
@@ -363,6 +385,18 @@ std::string Topology::hashHex() const {
   char buffer[17];
   std::snprintf(buffer, sizeof buffer, "%016llx", static_cast<unsigned long long>(hash_));
   return buffer;
+}
+
+TopologySpec toSpec(const Topology& topology) {
+  TopologySpec spec;
+  spec.name = topology.name();
+  spec.directed = topology.directed();
+  spec.mixing = topology.mixing();
+  spec.doublyStochastic = topology.doublyStochastic();
+  spec.nodes = topology.nodes();
+  for (const Edge& edge : topology.edges())
+    spec.edges.push_back({topology.node(edge.from).id, topology.node(edge.to).id, edge.weight, {}});
+  return spec;
 }
 
 }  // namespace consensusd::topology

@@ -38,7 +38,7 @@ NodeSpec readNode(const Source& source, const YamlNode& item, const std::string&
   }
   if (const YamlNode* key = map.find("public_key")) {
     node.publicKey = schema::readString(source, *key, map.childPath("public_key"));
-    if (node.publicKey.size() != 40) {
+    if (!isZ85Key(node.publicKey)) {
       schema::fail(source, *key, "public_key must be 40 Z85 characters (consensusctl keygen)",
                    map.childPath("public_key"));
     }

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,11 +46,24 @@ using Origins = std::map<std::string, Origin>;
 NodeConfig readConfig(std::string_view text, const std::string& fileName,
                       const std::vector<std::string>& overrides = {}, Origins* origins = nullptr);
 
+// A node's CurveZMQ key pair (Z85), as `consensusctl keygen` writes it.
+struct CurveKeyPair {
+  std::string publicKey;
+  std::string secretKey;
+};
+
 struct LoadedConfig {
   NodeConfig config;
   topology::Topology topology;
   std::size_t nodeIndex;
+  std::optional<CurveKeyPair> curve;  // with security.curve: read from secret_key_file
 };
+
+// A key file: YAML with `node`, `public_key` and `secret_key`. Errors (a
+// file others may read, a malformed key) name the file and key.
+CurveKeyPair readKeyFile(const std::string& path);
+// The same as YAML text; the header comment says it is secret.
+std::string keyFileText(const std::string& node, const CurveKeyPair& keys);
 
 // readConfig, then relative paths resolved against the config's folder, the
 // topology loaded and cross-checked, and node-dependent defaults filled in.

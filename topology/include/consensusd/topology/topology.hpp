@@ -18,6 +18,9 @@ namespace consensusd::topology {
 
 enum class MixingRule { Metropolis, MaxDegree, Uniform, Explicit };
 
+// A CurveZMQ key as text: 40 characters of the Z85 alphabet (32 bytes).
+bool isZ85Key(const std::string& text);
+
 std::string toString(MixingRule rule);
 std::optional<MixingRule> parseMixingRule(const std::string& text);
 const std::vector<std::string>& mixingRuleNames();
@@ -103,6 +106,10 @@ class Topology {
   std::vector<double> self_;
   std::uint64_t hash_ = 0;
 };
+
+// The spec a topology was built from (ids in edges, no positions): edit and
+// rebuild with fromSpec.
+TopologySpec toSpec(const Topology& topology);
 
 // "n2" < "n10": digit runs compare by value.
 bool naturalLess(const std::string& a, const std::string& b);
