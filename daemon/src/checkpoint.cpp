@@ -1,10 +1,12 @@
 #include "checkpoint.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -75,9 +77,21 @@ std::vector<std::pair<std::int64_t, fs::path>> listRounds(const std::string& fol
 }  // namespace
 
 CheckpointStore::CheckpointStore(std::string folder, std::size_t keep)
-    : folder_(std::move(folder)), keep_(keep) {}
+    : folder_(std::move(folder)), keep_(keep) {
+  if (const char* spec = std::getenv("CONSENSUSD_FAILPOINT")) {
+    const std::string text = spec;
+    const std::size_t at = text.find('@');
+    failpoint_ = text.substr(0, at);
+    failAtSave_ = at == std::string::npos ? 1 : std::atoll(text.c_str() + at + 1);
+  }
+}
+
+void CheckpointStore::failpoint(const char* name) const {
+  if (saves_ == failAtSave_ && failpoint_ == name) ::raise(SIGKILL);
+}
 
 std::string CheckpointStore::save(const Checkpoint& checkpoint) {
+  ++saves_;
   fs::create_directories(folder_);
   std::vector<std::byte> bytes;
   bytes.insert(bytes.end(), reinterpret_cast<const std::byte*>(kMagic),
@@ -103,19 +117,26 @@ std::string CheckpointStore::save(const Checkpoint& checkpoint) {
   check(fd, "open " + temp);
   try {
     writeAll(fd, bytes, temp);
+    failpoint("checkpoint-before-fsync");
     check(::fsync(fd), "fsync " + temp);
   } catch (...) {
     ::close(fd);
     throw;
   }
   ::close(fd);
+  failpoint("checkpoint-before-rename");
   check(::rename(temp.c_str(), path.c_str()), "rename " + temp);
+  failpoint("checkpoint-before-dir-fsync");
   fsyncPath(folder_, O_RDONLY | O_DIRECTORY);
 
+  // Committed: older generations beyond `keep`, and temp files a crash left, go.
   const auto files = listRounds(folder_);
-  for (std::size_t i = keep_; i < files.size(); ++i) {
-    std::error_code ignored;
-    fs::remove(files[i].second, ignored);
+  std::error_code ignored;
+  for (std::size_t i = keep_; i < files.size(); ++i) fs::remove(files[i].second, ignored);
+  for (const auto& entry : fs::directory_iterator(folder_, ignored)) {
+    const std::string file = entry.path().filename().string();
+    if (file.rfind(".round-", 0) == 0 && entry.path().extension() == ".tmp")
+      fs::remove(entry.path(), ignored);
   }
   return path;
 }
@@ -125,7 +146,7 @@ CheckpointStore::Loaded CheckpointStore::loadNewest(const Checkpoint& expect) co
   for (const auto& file : listRounds(folder_)) {
     const fs::path& path = file.second;
     const auto reject = [&](const std::string& why) {
-      loaded.rejected.push_back(path.string() + ": " + why);
+      loaded.rejected.push_back({path.string(), why});
     };
     std::ifstream in(path, std::ios::binary);
     std::vector<std::byte> bytes;
@@ -175,6 +196,13 @@ CheckpointStore::Loaded CheckpointStore::loadNewest(const Checkpoint& expect) co
     return loaded;
   }
   return loaded;
+}
+
+void CheckpointStore::setAside(const std::vector<Rejected>& rejected) {
+  for (const Rejected& file : rejected) {
+    std::error_code ignored;
+    fs::rename(file.path, file.path + ".rejected", ignored);
+  }
 }
 
 }  // namespace consensusd::daemon

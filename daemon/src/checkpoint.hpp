@@ -2,8 +2,12 @@
 // Durable checkpoints (DESIGN.md §11): one file per saved round,
 // `round-<R>.ckpt`, written atomically (temp file, fsync, rename, fsync the
 // folder) with a CRC over header, parameters and (with momentum) the
-// velocity; the newest `keep` files are kept. Loading takes the newest file that verifies and
-// reports the others.
+// velocity; the newest `keep` files are kept. Loading takes the newest file
+// that verifies and reports the others.
+//
+// Crash testing: CONSENSUSD_FAILPOINT=checkpoint-before-fsync@N (or
+// -before-rename, -before-dir-fsync) SIGKILLs the process at that point of
+// its Nth save (tests/integration/durability_test.cpp).
 
 #include <cstddef>
 #include <cstdint>
@@ -32,20 +36,34 @@ class CheckpointStore {
   // Writes and commits; returns the path. Throws std::runtime_error on I/O errors.
   std::string save(const Checkpoint& checkpoint);
 
+  struct Rejected {
+    std::string path;
+    std::string why;
+  };
   struct Loaded {
     std::optional<Checkpoint> checkpoint;  // none: nothing valid (fresh start)
     std::string path;
-    std::vector<std::string> rejected;  // "path: why" for newer files that failed
+    std::vector<Rejected> rejected;  // newer files that failed
   };
   // The newest checkpoint that verifies and matches `expect` (its dimension,
   // dtype, node and topology hash); rejected files are listed, never deleted.
   Loaded loadNewest(const Checkpoint& expect) const;
 
+  // Renames rejected files to `<name>.rejected`: kept for inspection, no
+  // longer counted as a generation (else a corrupt newest file would push a
+  // good one out), and not read again.
+  static void setAside(const std::vector<Rejected>& rejected);
+
   const std::string& folder() const { return folder_; }
 
  private:
+  void failpoint(const char* name) const;
+
   std::string folder_;
   std::size_t keep_;
+  std::string failpoint_;        // from CONSENSUSD_FAILPOINT: the point's name ...
+  std::int64_t failAtSave_ = 0;  // ... and the save (1-based) it fires in
+  std::int64_t saves_ = 0;
 };
 
 }  // namespace consensusd::daemon

@@ -301,7 +301,9 @@ class Runner {
     expect.dtype = dtype();
     expect.dimension = dimension_;
     const CheckpointStore::Loaded loaded = checkpoints_.loadNewest(expect);
-    for (const std::string& why : loaded.rejected) spdlog::warn("checkpoint rejected: {}", why);
+    for (const auto& file : loaded.rejected)
+      spdlog::warn("checkpoint {} rejected ({}): renamed to .rejected", file.path, file.why);
+    CheckpointStore::setAside(loaded.rejected);
     Vector params = worker_->initialParams(static_cast<std::uint64_t>(cfg_.model.initSeed));
     std::int64_t firstRound = 0;
     Vector velocity;

@@ -49,8 +49,12 @@ class Cluster {
   // A free port of this cluster's block, above the nodes' own ports.
   int sparePort() const { return basePort_ + 19; }
 
-  Child& start(std::size_t i, const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv{CONSENSUSD, "--config", path(id(i) + ".yaml")};
+  // `extra`: more --set overrides; `env`: NAME=VALUE added to its environment.
+  Child& start(std::size_t i, const std::vector<std::string>& extra = {},
+               const std::vector<std::string>& env = {}) {
+    std::vector<std::string> argv{"/usr/bin/env"};
+    argv.insert(argv.end(), env.begin(), env.end());
+    argv.insert(argv.end(), {CONSENSUSD, "--config", path(id(i) + ".yaml")});
     for (const std::string& o : overrides_) argv.insert(argv.end(), {"--set", o});
     for (const std::string& o : extra) argv.insert(argv.end(), {"--set", o});
     logs_[i] = path(id(i) + ".log." + std::to_string(++starts_));

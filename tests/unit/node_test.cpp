@@ -185,16 +185,17 @@ TEST_CASE("checkpoints: newest valid wins, torn or corrupt ones are reported and
   REQUIRE(loaded.checkpoint);
   CHECK(loaded.checkpoint->round == 200);
   REQUIRE(loaded.rejected.size() == 1);
-  CHECK(loaded.rejected[0] == newest + ": checksum mismatch (torn or corrupt)");
+  CHECK(loaded.rejected[0].path == newest);
+  CHECK(loaded.rejected[0].why == "checksum mismatch (torn or corrupt)");
 
   // Truncated: reported by size.
   std::filesystem::resize_file(newest, 50);
   loaded = store.loadNewest(checkpoint);
   CHECK(loaded.checkpoint->round == 200);
-  CHECK(loaded.rejected[0] == newest + ": size 50, expected 64");
+  CHECK(loaded.rejected[0].why == "size 50, expected 64");
   std::filesystem::resize_file(newest, 30);
   loaded = store.loadNewest(checkpoint);
-  CHECK(loaded.rejected[0] == newest + ": truncated: size 30");
+  CHECK(loaded.rejected[0].why == "truncated: size 30");
 
   // Another model: nothing valid, a fresh start.
   daemon::Checkpoint other = checkpoint;
@@ -202,6 +203,23 @@ TEST_CASE("checkpoints: newest valid wins, torn or corrupt ones are reported and
   loaded = store.loadNewest(other);
   CHECK_FALSE(loaded.checkpoint);
   CHECK(loaded.rejected.size() == 2);
+
+  // Set aside, the corrupt file is kept but no longer a generation: the next
+  // save keeps the two newest valid ones.
+  loaded = store.loadNewest(checkpoint);
+  daemon::CheckpointStore::setAside(loaded.rejected);
+  CHECK(std::filesystem::exists(newest + ".rejected"));
+  // A temp file left by a crash in another save goes with the next commit.
+  const std::string stale = dir.path() + "/ckpt/.round-000000000260.ckpt.tmp";
+  std::ofstream(stale) << "half a checkpoint";
+  checkpoint.round = 250;
+  checkpoint.params = paramsOf(250.0f);
+  store.save(checkpoint);
+  CHECK_FALSE(std::filesystem::exists(stale));
+  loaded = store.loadNewest(checkpoint);
+  CHECK(loaded.checkpoint->round == 250);
+  CHECK(loaded.rejected.empty());
+  CHECK(std::filesystem::exists(dir.path() + "/ckpt/round-000000000200.ckpt"));
 }
 
 TEST_CASE("checkpoints keep the momentum velocity next to the parameters") {
