@@ -93,6 +93,9 @@ consensus::EngineOptions engineOptions(const NodeConfig& config) {
   options.policy = policySpec(config);
   options.mixRound = *consensus::parseMixRound(c.mixRound);
   options.mixMode = *consensus::parseMixMode(c.mix);
+  options.robust = *consensus::parseRobust(c.robust);
+  options.trim = static_cast<std::size_t>(c.trim);
+  options.clipRadius = c.clipRadius;
   options.staleness = c.staleness;
   options.maxLead = c.maxLead;
   options.roundSkipping = c.roundSkipping;

@@ -31,6 +31,57 @@ void fusedMix(const Scalar* self, double selfWeight, const std::vector<MixInput>
   }
 }
 
+template <class Scalar>
+double clipWeights(const Scalar* self, std::vector<MixInput>& inputs, double radius,
+                   std::size_t dimension) {
+  using ConstVector = Eigen::Map<const Eigen::Matrix<Scalar, Eigen::Dynamic, 1>>;
+  const ConstVector x(self, static_cast<Eigen::Index>(dimension));
+  std::vector<double> distances;
+  distances.reserve(inputs.size());
+  for (const MixInput& input : inputs) {
+    const ConstVector other(static_cast<const Scalar*>(input.values),
+                            static_cast<Eigen::Index>(dimension));
+    distances.push_back(static_cast<double>((other - x).norm()));
+  }
+  if (radius <= 0 && !distances.empty()) {
+    std::vector<double> sorted = distances;
+    const auto middle = sorted.begin() + static_cast<std::ptrdiff_t>((sorted.size() - 1) / 2);
+    std::nth_element(sorted.begin(), middle, sorted.end());
+    radius = *middle;  // the lower median
+  }
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    if (distances[k] > radius) inputs[k].weight *= radius / distances[k];
+  }
+  return radius;
+}
+
+template <class Scalar>
+void trimmedMean(const Scalar* self, const std::vector<MixInput>& inputs, std::size_t trim,
+                 Scalar* out, std::size_t dimension) {
+  const std::size_t count = inputs.size() + 1;
+  if (count <= 2 * trim) {
+    if (out != self) std::copy(self, self + dimension, out);
+    return;
+  }
+  const auto kept = static_cast<Scalar>(count - 2 * trim);
+  std::vector<Scalar> values(count);
+  for (std::size_t c = 0; c < dimension; ++c) {
+    values[0] = self[c];
+    for (std::size_t k = 0; k < inputs.size(); ++k)
+      values[k + 1] = static_cast<const Scalar*>(inputs[k].values)[c];
+    std::sort(values.begin(), values.end());
+    Scalar sum = 0;
+    for (std::size_t k = trim; k < count - trim; ++k) sum += values[k];
+    out[c] = sum / kept;
+  }
+}
+
+template double clipWeights<float>(const float*, std::vector<MixInput>&, double, std::size_t);
+template double clipWeights<double>(const double*, std::vector<MixInput>&, double, std::size_t);
+template void trimmedMean<float>(const float*, const std::vector<MixInput>&, std::size_t, float*,
+                                 std::size_t);
+template void trimmedMean<double>(const double*, const std::vector<MixInput>&, std::size_t, double*,
+                                  std::size_t);
 template void fusedMix<float>(const float*, double, const std::vector<MixInput>&, float*,
                               std::size_t);
 template void fusedMix<double>(const double*, double, const std::vector<MixInput>&, double*,

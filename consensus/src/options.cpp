@@ -14,6 +14,13 @@ std::optional<MixMode> parseMixMode(const std::string& text) {
   return std::nullopt;
 }
 
+std::optional<Robust> parseRobust(const std::string& text) {
+  if (text == "none") return Robust::None;
+  if (text == "clip") return Robust::Clip;
+  if (text == "trimmed-mean") return Robust::TrimmedMean;
+  return std::nullopt;
+}
+
 std::string toString(PolicyKind kind) {
   switch (kind) {
     case PolicyKind::All:

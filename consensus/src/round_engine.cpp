@@ -327,9 +327,16 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     record.responders.push_back(slot.node);
     ++slot.counters.mixed;
   }
-  record.selfWeight = absorbSelfWeight(inputs);
-  fusedMix(params_.data(), record.selfWeight, inputs, mixed_.data(),
-           static_cast<std::size_t>(params_.size()));
+  const auto dimension = static_cast<std::size_t>(params_.size());
+  if (options_.robust == Robust::TrimmedMean) {
+    record.selfWeight = 1.0 / static_cast<double>(inputs.size() + 1);  // nominal: unweighted
+    trimmedMean(params_.data(), inputs, options_.trim, mixed_.data(), dimension);
+  } else {
+    if (options_.robust == Robust::Clip)
+      clipWeights(params_.data(), inputs, options_.clipRadius, dimension);
+    record.selfWeight = absorbSelfWeight(inputs);
+    fusedMix(params_.data(), record.selfWeight, inputs, mixed_.data(), dimension);
+  }
   record.consensusDistance = static_cast<double>((params_ - mixed_).norm());
 
   // Curvature along the path for L (only the dynamic policy reads it: two

@@ -82,7 +82,10 @@ class Simulation {
 
   SimResult run() {
     runEvents();
-    for (const Node& node : nodes_) result_.nodeRounds.push_back(node.engine->round());
+    for (const Node& node : nodes_) {
+      result_.nodeRounds.push_back(node.engine->round());
+      result_.nodeParams.push_back(node.engine->params());
+    }
     return result_;
   }
 
@@ -143,7 +146,7 @@ class Simulation {
       push(now + transfer(64), EventKind::Decision, d.node, i, d.round, d.used);
     }
     if (auto start = engine.tryStart(now)) {
-      const auto payload = std::make_shared<const Vector>(*start->params);
+      const auto payload = std::make_shared<const Vector>(sent(i, *start->params));
       const Duration arrival = transfer(static_cast<std::size_t>(payload->size()) * sizeof(float));
       for (const topology::Neighbor& out : topology_.outNeighbors(i)) {
         push(now + arrival, EventKind::Estimate, out.index, i, start->round, false, payload);
@@ -163,6 +166,17 @@ class Simulation {
       node.wake = *wake;
       push(*wake, EventKind::Wake, i);
     }
+  }
+
+  // What node i sends for `params`: the estimate itself, unless it attacks.
+  Vector sent(std::size_t i, const Vector& params) const {
+    for (const Attacker& attacker : options_.attackers) {
+      if (attacker.node != i) continue;
+      const auto scale = static_cast<float>(attacker.scale);
+      if (attacker.attack == Attack::SignFlip) return -scale * params;
+      return (params.array() + scale).matrix();
+    }
+    return params;
   }
 
   // Appends a row; true when the run should end.

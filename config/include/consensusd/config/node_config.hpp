@@ -59,6 +59,9 @@ struct NodeConfig {
     std::int64_t maxResponders = 0;  // 0: the node's degree
     std::string mixRound = "newest";
     std::string mix = "absorb";
+    std::string robust = "none";
+    std::int64_t trim = 1;
+    double clipRadius = 0.0;  // 0: the median distance of the round's responders
     std::int64_t staleness = 0;
     std::int64_t maxLead = 20;
     bool roundSkipping = true;

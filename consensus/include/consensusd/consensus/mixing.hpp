@@ -24,4 +24,19 @@ template <class Scalar>
 void fusedMix(const Scalar* self, double selfWeight, const std::vector<MixInput>& inputs,
               Scalar* out, std::size_t dimension);
 
+// Self-centred clipping: scales each weight by min(1, radius / ||x_k - self||),
+// so x_hat = self + sum_k w_k clip(x_k - self) and no neighbour moves us by
+// more than w_k * radius. radius 0: the median of the responders' distances
+// (a minority of liars cannot set it). Returns the radius used.
+template <class Scalar>
+double clipWeights(const Scalar* self, std::vector<MixInput>& inputs, double radius,
+                   std::size_t dimension);
+
+// Coordinate-wise trimmed mean of self and the inputs (weights ignored): per
+// coordinate the `trim` largest and smallest values are dropped and the rest
+// averaged. With too few values to trim, out = self.
+template <class Scalar>
+void trimmedMean(const Scalar* self, const std::vector<MixInput>& inputs, std::size_t trim,
+                 Scalar* out, std::size_t dimension);
+
 }  // namespace consensusd::consensus

@@ -21,10 +21,14 @@ inline Duration fromMilliseconds(double ms) {
 
 enum class MixRound { Newest, Same };
 enum class MixMode { Absorb, Symmetric };
+// Robust mixing against a neighbour that sends garbage (opt-in): clip each
+// neighbour's difference to a radius, or a coordinate-wise trimmed mean.
+enum class Robust { None, Clip, TrimmedMean };
 enum class PolicyKind { All, Static, Timeout, Quantile, Dynamic };
 
 std::optional<MixRound> parseMixRound(const std::string& text);
 std::optional<MixMode> parseMixMode(const std::string& text);
+std::optional<Robust> parseRobust(const std::string& text);
 std::optional<PolicyKind> parsePolicyKind(const std::string& text);
 std::string toString(PolicyKind kind);
 
@@ -47,6 +51,9 @@ struct EngineOptions {
   // Also skip to a neighbour our lag holds at the lead bound (experimental:
   // docs/experiments.md, regime change).
   bool skipNearBound = false;
+  Robust robust = Robust::None;
+  std::size_t trim = 1;   // trimmed mean: values dropped at each end, per coordinate
+  double clipRadius = 0;  // clip: radius; 0 = the median distance of this round's responders
   std::size_t mailboxDepth = 4;
   std::size_t minResponders = 1;  // m_min
   std::size_t maxResponders = 0;  // 0: the degree

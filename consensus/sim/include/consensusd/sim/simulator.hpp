@@ -24,6 +24,15 @@ struct LinkModel {
   double bytesPerSecond = 1.25e9;  // 10 Gbit/s
 };
 
+// A node that trains honestly but sends its neighbours garbage instead of
+// its estimate (consensus.robust): -scale * x, or x + scale everywhere.
+enum class Attack { SignFlip, Shift };
+struct Attacker {
+  std::size_t node = 0;
+  Attack attack = Attack::SignFlip;
+  double scale = 1.0;
+};
+
 struct SimOptions {
   consensus::EngineOptions engine;
   data::Schedule schedule;
@@ -34,6 +43,7 @@ struct SimOptions {
   Duration compute{std::chrono::milliseconds(10)};   // one gradient, virtual
   std::vector<consensus::StragglerSpec> stragglers;  // per node; empty: none
   LinkModel link;
+  std::vector<Attacker> attackers;
   Duration sampleEvery{std::chrono::milliseconds(500)};
   Duration maxTime{std::chrono::seconds(60)};
   double stopAtAccuracy = 0.0;  // end once the average model reaches it; 0: run to maxTime
@@ -57,8 +67,9 @@ struct Sample {
 struct SimResult {
   std::vector<Sample> samples;
   std::uint64_t events = 0;
-  std::int64_t rounds = 0;               // finished, all nodes
-  std::vector<std::int64_t> nodeRounds;  // each node's round at the end
+  std::int64_t rounds = 0;                  // finished, all nodes
+  std::vector<std::int64_t> nodeRounds;     // each node's round at the end
+  std::vector<Eigen::VectorXf> nodeParams;  // each node's parameters at the end
 };
 
 SimResult simulate(const topology::Topology& topology, const data::TrainTest& data,
