@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,6 +40,7 @@ ProcessResult runProcess(const std::vector<std::string>& argv, const std::string
   const pid_t pid = fork();
   check(pid, "fork");
   if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     dup2(in[0], 0);
     dup2(out[1], 1);
     dup2(err[1], 2);
@@ -113,6 +115,8 @@ Child::Child(const std::vector<std::string>& argv, const std::string& logFile) {
   pid_ = fork();
   check(pid_, "fork");
   if (pid_ == 0) {
+    // If the test itself dies (a crash, an abort), so does the daemon: no orphans.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     dup2(log, 1);
     dup2(log, 2);
     execv(args[0], args.data());
