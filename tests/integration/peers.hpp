@@ -36,6 +36,9 @@ struct Intruder {
            const std::optional<CurveClient>& curve = {}) {
     socket.set(zmq::sockopt::routing_id, identity);
     socket.set(zmq::sockopt::linger, 0);
+    // A refused handshake removes the DEALER's only pipe: a send would then
+    // wait for a peer forever.
+    socket.set(zmq::sockopt::sndtimeo, 2000);
     if (curve) {
       socket.set(zmq::sockopt::curve_serverkey, curve->serverKey);
       socket.set(zmq::sockopt::curve_publickey, curve->publicKey);
@@ -43,11 +46,14 @@ struct Intruder {
     }
     socket.connect(endpoint);
   }
-  void send(const std::vector<std::string>& frames) {
+  // False when no connection would take the message within two seconds.
+  bool send(const std::vector<std::string>& frames) {
     for (std::size_t i = 0; i < frames.size(); ++i) {
-      socket.send(zmq::buffer(frames[i]),
-                  i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      if (!socket.send(zmq::buffer(frames[i]),
+                       i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none))
+        return false;
     }
+    return true;
   }
 };
 

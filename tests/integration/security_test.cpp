@@ -123,7 +123,7 @@ TEST_CASE(
   }
   SUBCASE("n2's keys claiming to be n1: authenticated as n2, its messages dropped") {
     Intruder thief(endpoint, "n1", CurveClient{n2.publicKey, n2.secretKey, n0.publicKey});
-    thief.send(frames(1));
+    CHECK(thief.send(frames(1)));
     waitCounter("sender", counter(before, "sender") + 1);
   }
   SUBCASE("a raw TCP connection held open stalls nobody") {
