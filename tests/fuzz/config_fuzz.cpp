@@ -1,0 +1,16 @@
+// Fuzz target: node config files (shape, types, ranges, local checks). Bad
+// input must end in schema::InputError.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "consensusd/config/load.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  try {
+    consensusd::config::readConfig(std::string_view(reinterpret_cast<const char*>(data), size),
+                                   "fuzz.yaml");
+  } catch (const consensusd::schema::InputError&) {
+  }
+  return 0;
+}
