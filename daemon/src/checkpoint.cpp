@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <stdexcept>
 #include <system_error>
 
@@ -29,7 +30,7 @@ void append(std::vector<std::byte>& out, T value) {
 }
 
 template <class T>
-T read(const std::vector<std::byte>& in, std::size_t at) {
+T read(std::span<const std::byte> in, std::size_t at) {
   T value;
   std::memcpy(&value, in.data() + at, sizeof(T));
   return value;
@@ -57,21 +58,28 @@ void fsyncPath(const std::string& path, int flags) {
   check(result, "fsync " + path);
 }
 
-std::vector<std::pair<std::int64_t, fs::path>> listRounds(const std::string& folder) {
-  std::vector<std::pair<std::int64_t, fs::path>> files;
+struct Listing {
+  std::vector<std::pair<std::int64_t, fs::path>> rounds;  // round-<R>.ckpt, newest first
+  std::vector<fs::path> temps;                            // .round-<R>.ckpt.tmp
+};
+
+Listing listFiles(const std::string& folder) {
+  Listing listing;
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(folder, error)) {
     const std::string name = entry.path().filename().string();
+    if (name.rfind(".round-", 0) == 0 && entry.path().extension() == ".tmp")
+      listing.temps.push_back(entry.path());
     if (name.rfind("round-", 0) != 0 || entry.path().extension() != ".ckpt") continue;
     try {
-      files.emplace_back(std::stoll(name.substr(6)), entry.path());
+      listing.rounds.emplace_back(std::stoll(name.substr(6)), entry.path());
     } catch (const std::exception&) {
       continue;  // not ours
     }
   }
-  std::sort(files.begin(), files.end(),
+  std::sort(listing.rounds.begin(), listing.rounds.end(),
             [](const auto& a, const auto& b) { return a.first > b.first; });
-  return files;
+  return listing;
 }
 
 }  // namespace
@@ -130,68 +138,56 @@ std::string CheckpointStore::save(const Checkpoint& checkpoint) {
   fsyncPath(folder_, O_RDONLY | O_DIRECTORY);
 
   // Committed: older generations beyond `keep`, and temp files a crash left, go.
-  const auto files = listRounds(folder_);
+  const auto [rounds, temps] = listFiles(folder_);
   std::error_code ignored;
-  for (std::size_t i = keep_; i < files.size(); ++i) fs::remove(files[i].second, ignored);
-  for (const auto& entry : fs::directory_iterator(folder_, ignored)) {
-    const std::string file = entry.path().filename().string();
-    if (file.rfind(".round-", 0) == 0 && entry.path().extension() == ".tmp")
-      fs::remove(entry.path(), ignored);
-  }
+  for (std::size_t i = keep_; i < rounds.size(); ++i) fs::remove(rounds[i].second, ignored);
+  for (const fs::path& leftover : temps) fs::remove(leftover, ignored);
   return path;
+}
+
+std::variant<Checkpoint, std::string> parseCheckpoint(std::span<const std::byte> bytes,
+                                                      const Checkpoint& expect) {
+  if (bytes.size() < kHeaderBytes + 4) return "truncated: size " + std::to_string(bytes.size());
+  if (std::memcmp(bytes.data(), kMagic, 8) != 0) return "not a consensusd checkpoint";
+  const std::size_t paramBytes = expect.dimension * wire::bytesPer(expect.dtype);
+  // Files of the first format wrote 0 here and held the parameters only.
+  const auto vectors = std::max<std::uint32_t>(1, read<std::uint32_t>(bytes, 40));
+  const std::size_t expected = kHeaderBytes + vectors * paramBytes + 4;
+  if (vectors > 2 || bytes.size() != expected)
+    return "size " + std::to_string(bytes.size()) + ", expected " + std::to_string(expected);
+  if (wire::checksum(bytes.data(), bytes.size() - 4) !=
+      read<std::uint32_t>(bytes, bytes.size() - 4))
+    return "checksum mismatch (torn or corrupt)";
+  Checkpoint checkpoint;
+  checkpoint.round = read<std::int64_t>(bytes, 8);
+  checkpoint.topologyHash = read<std::uint64_t>(bytes, 16);
+  checkpoint.node = read<std::uint32_t>(bytes, 24);
+  checkpoint.dtype = static_cast<wire::Dtype>(read<std::uint32_t>(bytes, 28));
+  checkpoint.dimension = read<std::uint64_t>(bytes, 32);
+  if (checkpoint.topologyHash != expect.topologyHash || checkpoint.node != expect.node ||
+      checkpoint.dtype != expect.dtype || checkpoint.dimension != expect.dimension)
+    return "written for another topology, node, dtype or model";
+  const auto params = bytes.subspan(kHeaderBytes, paramBytes);
+  checkpoint.params.assign(params.begin(), params.end());
+  if (vectors == 2) {
+    const auto velocity = bytes.subspan(kHeaderBytes + paramBytes, paramBytes);
+    checkpoint.velocity.assign(velocity.begin(), velocity.end());
+  }
+  return checkpoint;
 }
 
 CheckpointStore::Loaded CheckpointStore::loadNewest(const Checkpoint& expect) const {
   Loaded loaded;
-  for (const auto& file : listRounds(folder_)) {
-    const fs::path& path = file.second;
-    const auto reject = [&](const std::string& why) {
-      loaded.rejected.push_back({path.string(), why});
-    };
+  for (const auto& [round, path] : listFiles(folder_).rounds) {
     std::ifstream in(path, std::ios::binary);
-    std::vector<std::byte> bytes;
-    {
-      std::vector<char> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      bytes.resize(raw.size());
-      std::memcpy(bytes.data(), raw.data(), raw.size());
-    }
-    if (bytes.size() < kHeaderBytes + 4) {
-      reject("truncated: size " + std::to_string(bytes.size()));
+    const std::vector<char> raw((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+    auto parsed = parseCheckpoint(std::as_bytes(std::span(raw)), expect);
+    if (auto* why = std::get_if<std::string>(&parsed)) {
+      loaded.rejected.push_back({path.string(), std::move(*why)});
       continue;
     }
-    if (std::memcmp(bytes.data(), kMagic, 8) != 0) {
-      reject("not a consensusd checkpoint");
-      continue;
-    }
-    const std::size_t paramBytes = expect.dimension * wire::bytesPer(expect.dtype);
-    // Files of the first format wrote 0 here and held the parameters only.
-    const auto vectors = std::max<std::uint32_t>(1, read<std::uint32_t>(bytes, 40));
-    const std::size_t expected = kHeaderBytes + vectors * paramBytes + 4;
-    if (vectors > 2 || bytes.size() != expected) {
-      reject("size " + std::to_string(bytes.size()) + ", expected " + std::to_string(expected));
-      continue;
-    }
-    const auto stored = read<std::uint32_t>(bytes, bytes.size() - 4);
-    if (wire::checksum(bytes.data(), bytes.size() - 4) != stored) {
-      reject("checksum mismatch (torn or corrupt)");
-      continue;
-    }
-    Checkpoint checkpoint;
-    checkpoint.round = read<std::int64_t>(bytes, 8);
-    checkpoint.topologyHash = read<std::uint64_t>(bytes, 16);
-    checkpoint.node = read<std::uint32_t>(bytes, 24);
-    checkpoint.dtype = static_cast<wire::Dtype>(read<std::uint32_t>(bytes, 28));
-    checkpoint.dimension = read<std::uint64_t>(bytes, 32);
-    if (checkpoint.topologyHash != expect.topologyHash || checkpoint.node != expect.node ||
-        checkpoint.dtype != expect.dtype || checkpoint.dimension != expect.dimension) {
-      reject("written for another topology, node, dtype or model");
-      continue;
-    }
-    const auto first = bytes.begin() + static_cast<std::ptrdiff_t>(kHeaderBytes);
-    const auto second = first + static_cast<std::ptrdiff_t>(paramBytes);
-    checkpoint.params.assign(first, second);
-    if (vectors == 2) checkpoint.velocity.assign(second, bytes.end() - 4);
-    loaded.checkpoint = std::move(checkpoint);
+    loaded.checkpoint = std::move(std::get<Checkpoint>(parsed));
     loaded.path = path.string();
     return loaded;
   }

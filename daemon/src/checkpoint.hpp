@@ -12,7 +12,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "wire.hpp"
@@ -28,6 +30,11 @@ struct Checkpoint {
   std::vector<std::byte> params;    // dimension x bytesPer(dtype)
   std::vector<std::byte> velocity;  // momentum velocity, same size; empty without momentum
 };
+
+// One checkpoint file's bytes, checked (magic, size, CRC) and matched
+// against `expect` (dimension, dtype, node, topology hash); or why not.
+std::variant<Checkpoint, std::string> parseCheckpoint(std::span<const std::byte> bytes,
+                                                      const Checkpoint& expect);
 
 class CheckpointStore {
  public:

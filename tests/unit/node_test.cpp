@@ -6,7 +6,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
+#include <span>
 
 #include "checkpoint.hpp"
 #include "process.hpp"
@@ -245,6 +247,48 @@ TEST_CASE("checkpoints keep the momentum velocity next to the parameters") {
 
   checkpoint.velocity.resize(8);  // a velocity must match the parameters
   CHECK_THROWS_AS(store.save(checkpoint), std::invalid_argument);
+}
+
+TEST_CASE("the checkpoint format is stable: save writes the fuzz seeds byte for byte") {
+  const std::string seeds = CONSENSUSD_SOURCE_DIR "/tests/fuzz/corpus/checkpoint/";
+  const auto bytesOf = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    const std::vector<char> raw((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
+    const auto bytes = std::as_bytes(std::span(raw));
+    return std::vector<std::byte>(bytes.begin(), bytes.end());
+  };
+  const auto floats = [](std::vector<float> values) {
+    const auto bytes = std::as_bytes(std::span(values));
+    return std::vector<std::byte>(bytes.begin(), bytes.end());
+  };
+  daemon::Checkpoint checkpoint;
+  checkpoint.topologyHash = 0x0123456789abcdef;
+  checkpoint.node = 2;
+  checkpoint.dimension = 6;
+  checkpoint.params = floats({0.5f, -1.25f, 3.0f, 0.0f, 1e-3f, -7.5f});
+  const TempDir dir;
+  daemon::CheckpointStore store(dir.path(), 10);
+  const auto same = [&](std::int64_t round, const std::string& seed) {
+    checkpoint.round = round;
+    CHECK_MESSAGE(bytesOf(store.save(checkpoint)) == bytesOf(seeds + seed), seed);
+    const auto parsed = daemon::parseCheckpoint(bytesOf(seeds + seed), checkpoint);
+    REQUIRE(std::holds_alternative<daemon::Checkpoint>(parsed));
+    CHECK(std::get<daemon::Checkpoint>(parsed).params == checkpoint.params);
+    CHECK(std::get<daemon::Checkpoint>(parsed).velocity == checkpoint.velocity);
+  };
+  same(120, "params");
+  checkpoint.velocity = floats({0.01f, 0.02f, -0.03f, 0.0f, 0.0f, 0.5f});
+  same(4000, "params-velocity");
+
+  // The first format (vector count 0, parameters only) still loads.
+  checkpoint.velocity.clear();
+  const auto first = daemon::parseCheckpoint(bytesOf(seeds + "first-format"), checkpoint);
+  REQUIRE(std::holds_alternative<daemon::Checkpoint>(first));
+  CHECK(std::get<daemon::Checkpoint>(first).round == 7);
+  CHECK(std::get<daemon::Checkpoint>(first).params == checkpoint.params);
+  CHECK(std::get<std::string>(daemon::parseCheckpoint(bytesOf(seeds + "float64"), checkpoint)) ==
+        "written for another topology, node, dtype or model");
 }
 
 TEST_CASE("status requests: reads answer at once, mutations need trust, junk gets an error") {
