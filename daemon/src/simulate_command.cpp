@@ -27,6 +27,7 @@ struct SimulateOptions {
   std::string seeds = "1";
   std::vector<std::string> sets;
   std::vector<std::string> stragglers;  // NODE|all=KEY=VALUE[,KEY=VALUE]
+  std::vector<std::string> attacks;     // NODE=sign-flip|shift[:SCALE]
   double computeMs = 10;
   double latencyMs = 0.1;
   double bandwidthGbps = 10;
@@ -88,6 +89,41 @@ std::vector<Policy> parsePolicies(const std::string& text) {
   return policies;
 }
 
+// NODE=sign-flip[:SCALE] (sends -SCALE x) or NODE=shift[:SCALE] (x + SCALE);
+// SCALE defaults to 1.
+std::vector<sim::Attacker> parseAttacks(const std::vector<std::string>& specs,
+                                        const topology::Topology& graph) {
+  std::vector<sim::Attacker> attackers;
+  for (const std::string& spec : specs) {
+    const auto bad = [&] {
+      return UsageError("--attack '" + spec +
+                        "': expected NODE=sign-flip[:SCALE] or NODE=shift[:SCALE] with NODE a "
+                        "node of the topology");
+    };
+    const auto eq = spec.find('=');
+    const auto index = graph.indexOf(spec.substr(0, eq));
+    if (eq == std::string::npos || !index) throw bad();
+    const std::string what = spec.substr(eq + 1);
+    const auto colon = what.find(':');
+    sim::Attacker attacker{*index, sim::Attack::SignFlip, 1.0};
+    if (what.substr(0, colon) == "shift")
+      attacker.attack = sim::Attack::Shift;
+    else if (what.substr(0, colon) != "sign-flip")
+      throw bad();
+    if (colon != std::string::npos) {
+      std::size_t used = 0;
+      try {
+        attacker.scale = std::stod(what.substr(colon + 1), &used);
+      } catch (const std::exception&) {
+        throw bad();
+      }
+      if (used != what.size() - colon - 1) throw bad();
+    }
+    attackers.push_back(attacker);
+  }
+  return attackers;
+}
+
 consensus::Duration milliseconds(double ms) {
   return std::chrono::duration_cast<consensus::Duration>(
       std::chrono::duration<double, std::milli>(ms));
@@ -141,6 +177,8 @@ int runSimulate(const SimulateOptions& options) {
     stragglers[i] = config::stragglerSpec(config::readConfig(base, "--straggler", all));
   }
 
+  const std::vector<sim::Attacker> attackers = parseAttacks(options.attacks, graph);
+
   const data::TrainTest data = data::load(config::dataSource(common));
   const auto parts = data::partition(data.train, config::partitionOptions(common, graph.size()));
   std::vector<data::Dataset> shares;
@@ -165,6 +203,7 @@ int runSimulate(const SimulateOptions& options) {
       sim.seed = seed;
       sim.compute = milliseconds(options.computeMs);
       sim.stragglers = stragglers;
+      sim.attackers = attackers;
       sim.link.latency = milliseconds(options.latencyMs);
       sim.link.bytesPerSecond = options.bandwidthGbps * 1e9 / 8;
       sim.sampleEvery = milliseconds(options.sampleMs);
@@ -182,10 +221,11 @@ int runSimulate(const SimulateOptions& options) {
       smoothed[policy.name].push_back(sim::firstCrossing(result.samples, options.target, 5));
       const sim::Sample& last = result.samples.back();
       std::printf(
-          "%-14s seed %-3llu %8.0f rounds/node  accuracy %.4f  b %.2f  target at %s s  "
-          "(%.1f s wall)\n",
+          "%-14s seed %-3llu %8.0f rounds/node  accuracy %.4f (nodes %.4f-%.4f)  b %.2f  "
+          "target at %s s  (%.1f s wall)\n",
           policy.name.c_str(), static_cast<unsigned long long>(seed), last.meanRound, last.accuracy,
-          last.meanBackups, formatTime(first[policy.name].back()).c_str(), wall);
+          last.minAccuracy, last.maxAccuracy, last.meanBackups,
+          formatTime(first[policy.name].back()).c_str(), wall);
       std::fflush(stdout);
     }
   }
@@ -256,6 +296,9 @@ void addSimulateCommand(CLI::App& parent, std::function<int()>& action) {
   cmd->add_option("--straggler", o->stragglers,
                   "NODE=KEY=VALUE[,KEY=VALUE] or all=...: straggler.* keys, e.g. "
                   "all=kind=bimodal,slow_probability=0.1");
+  cmd->add_option("--attack", o->attacks,
+                  "NODE=sign-flip[:SCALE] (sends -SCALE x) or NODE=shift[:SCALE] (sends x + "
+                  "SCALE): a node that lies to its neighbours (see consensus.robust)");
   cmd->add_option("--compute-ms", o->computeMs, "Virtual time of one gradient")
       ->capture_default_str();
   cmd->add_option("--latency-ms", o->latencyMs, "Link latency")->capture_default_str();

@@ -232,6 +232,29 @@ TEST_CASE("consensusctl simulate: a CSV per policy and seed, and the summary tab
   std::getline(summary, header);
   CHECK(header.rfind("policy,seeds_reached", 0) == 0);
 
+  // A neighbour that sends -4x its estimate, on Fashion-MNIST: undefended,
+  // the honest nodes are dragged off; with the trimmed mean they still learn
+  // (a clean run ends near 0.77).
+  const auto lowestNode = [&](const std::string& robust) {
+    const auto attacked =
+        ctl({"simulate", topology, "--policy", "all", "--set", "consensus.robust=" + robust,
+             "--attack", "n0=sign-flip:4", "--time-s", "3", "-o", dir.path() + "/attack"});
+    INFO(attacked.out << attacked.err);
+    REQUIRE(attacked.exitCode == 0);
+    const auto at = attacked.out.find("(nodes ");
+    REQUIRE(at != std::string::npos);
+    return std::stod(attacked.out.substr(at + 7));
+  };
+  CHECK(lowestNode("none") < 0.3);
+  CHECK(lowestNode("trimmed-mean") > 0.55);
+  for (const char* bad : {"n9=sign-flip", "n0=flip", "n0=shift:x", "n0"}) {
+    CAPTURE(bad);
+    const auto result = ctl({"simulate", topology, "--attack", bad});
+    CHECK(result.exitCode == 64);
+    CHECK(result.err.find("--attack '" + std::string(bad) + "': expected NODE=sign-flip") !=
+          std::string::npos);
+  }
+
   CHECK(ctl({"simulate", topology, "--policy", "fastest"}).exitCode == 64);
   const auto badKey = ctl({"simulate", topology, "--set", "consensus.max_leed=3"});
   CHECK(badKey.exitCode == 78);
