@@ -24,6 +24,7 @@
 #include "consensusd/version.hpp"
 #include "curve.hpp"
 #include "service_notify.hpp"
+#include "status_server.hpp"
 #include "wire.hpp"
 
 namespace consensusd::daemon {
@@ -575,16 +576,9 @@ class Runner {
   }
 
   nlohmann::json setPolicy(const nlohmann::json& args) {
-    std::vector<std::string> overrides;
-    for (const char* key : {"policy", "backups", "timeout_ms", "quantile"}) {
-      if (!args.contains(key)) continue;
-      const auto& value = args[key];
-      overrides.push_back(std::string("consensus.") + key + "=" +
-                          (value.is_string() ? value.get<std::string>() : value.dump()));
-    }
     try {
       config::NodeConfig updated =
-          config::readConfig(config::toYaml(cfg_), "<running config>", overrides);
+          config::readConfig(config::toYaml(cfg_), "<running config>", setPolicyOverrides(args));
       engine_->setPolicy(config::policySpec(updated));
       cfg_.consensus = updated.consensus;
       configYaml_ = config::toYaml(cfg_);

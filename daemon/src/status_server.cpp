@@ -282,6 +282,17 @@ std::optional<nlohmann::json> answerRequest(const std::string& line, const Statu
   return error("unknown command '" + name.substr(0, 64) + "'");
 }
 
+std::vector<std::string> setPolicyOverrides(const nlohmann::json& args) {
+  std::vector<std::string> overrides;
+  for (const char* key : {"policy", "backups", "timeout_ms", "quantile"}) {
+    if (!args.contains(key)) continue;
+    const auto& value = args[key];
+    overrides.push_back(std::string("consensus.") + key + "=" +
+                        (value.is_string() ? value.get<std::string>() : value.dump()));
+  }
+  return overrides;
+}
+
 struct StatusServer::Impl {
   asio::io_context io;
   Local::acceptor acceptor{io};

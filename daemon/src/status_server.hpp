@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "status.hpp"
 
@@ -39,5 +40,10 @@ std::string prometheusText(const StatusSnapshot& status);
 // `command` (name, args) for the engine. `trusted`: the peer is our uid.
 std::optional<nlohmann::json> answerRequest(const std::string& line, const StatusSnapshot* snapshot,
                                             bool trusted, Command& command);
+
+// A set-policy request's arguments as config overrides
+// (consensus.policy=..., backups, timeout_ms, quantile): the engine reads
+// them through the config schema, so they get the same checks as a file.
+std::vector<std::string> setPolicyOverrides(const nlohmann::json& args);
 
 }  // namespace consensusd::daemon

@@ -1,9 +1,13 @@
 // Fuzz target: one status-socket request line, from a trusted and an
-// untrusted peer. Every request gets an answer or none; nothing throws.
+// untrusted peer. Every request gets an answer or none; nothing throws. A
+// set-policy request goes on through the config schema, as in the engine,
+// where only schema::InputError may come out.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "consensusd/config/load.hpp"
+#include "consensusd/config/params.hpp"
 #include "status_server.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -12,12 +16,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     daemon::StatusSnapshot s;
     s.node = "n0";
     s.configYaml = "node:\n  id: n0\n";
+    s.history.resize(3);
     return s;
   }();
   const std::string line(reinterpret_cast<const char*>(data), size);
   for (const bool trusted : {false, true}) {
     daemon::Command command;
     [[maybe_unused]] const auto answer = daemon::answerRequest(line, &snapshot, trusted, command);
+    if (command.name != "set-policy") continue;
+    try {
+      const config::NodeConfig updated =
+          config::readConfig("node: {id: n0}\ntopology: {file: t.yaml}\n", "<running config>",
+                             daemon::setPolicyOverrides(command.args));
+      [[maybe_unused]] const auto policy = config::policySpec(updated);
+    } catch (const schema::InputError&) {
+    }
   }
   return 0;
 }
