@@ -63,16 +63,41 @@ void trimmedMean(const Scalar* self, const std::vector<MixInput>& inputs, std::s
     if (out != self) std::copy(self, self + dimension, out);
     return;
   }
+  // A block of every coordinate's values, one column per node, sorted down
+  // the columns by an odd-even transposition network: min/max of whole
+  // columns, so it vectorises; count is degree + 1, small. Summing the kept
+  // columns, not "all minus the extremes", keeps a huge value from
+  // swallowing the small ones.
+  using Columns = Eigen::Array<Scalar, Eigen::Dynamic, Eigen::Dynamic>;
+  using ConstSegment = Eigen::Map<const Eigen::Array<Scalar, Eigen::Dynamic, 1>>;
   const auto kept = static_cast<Scalar>(count - 2 * trim);
-  std::vector<Scalar> values(count);
-  for (std::size_t c = 0; c < dimension; ++c) {
-    values[0] = self[c];
-    for (std::size_t k = 0; k < inputs.size(); ++k)
-      values[k + 1] = static_cast<const Scalar*>(inputs[k].values)[c];
-    std::sort(values.begin(), values.end());
-    Scalar sum = 0;
-    for (std::size_t k = trim; k < count - trim; ++k) sum += values[k];
-    out[c] = sum / kept;
+  Columns values(static_cast<Eigen::Index>(std::min(kBlock, dimension)),
+                 static_cast<Eigen::Index>(count));
+  Eigen::Array<Scalar, Eigen::Dynamic, 1> low(values.rows());
+  for (std::size_t begin = 0; begin < dimension; begin += kBlock) {
+    const auto n = static_cast<Eigen::Index>(std::min(kBlock, dimension - begin));
+    auto block = values.topRows(n);
+    block.col(0) = ConstSegment(self + begin, n);
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      block.col(static_cast<Eigen::Index>(k + 1)) =
+          ConstSegment(static_cast<const Scalar*>(inputs[k].values) + begin, n);
+    }
+    for (std::size_t pass = 0; pass < count; ++pass) {
+      for (std::size_t k = pass % 2; k + 1 < count; k += 2) {
+        auto a = block.col(static_cast<Eigen::Index>(k));
+        auto b = block.col(static_cast<Eigen::Index>(k + 1));
+        low.head(n) = a.min(b);
+        b = a.max(b);
+        a = low.head(n);
+      }
+    }
+    Eigen::Map<Eigen::Array<Scalar, Eigen::Dynamic, 1>>(out + begin, n) =
+        block
+            .middleCols(static_cast<Eigen::Index>(trim),
+                        static_cast<Eigen::Index>(count - 2 * trim))
+            .rowwise()
+            .sum() /
+        kept;
   }
 }
 

@@ -287,6 +287,61 @@ TEST_CASE("the fused mix computes the weighted sum in one pass") {
   CHECK(self[0] == out[0]);
 }
 
+TEST_CASE("trimmed mean: per coordinate, the extremes dropped and the rest averaged") {
+  // 5,000 coordinates (more than one block), a liar sending 1e30 or -1e30.
+  std::mt19937 rng(5);
+  std::normal_distribution<double> normal;
+  const std::size_t n = 5000;
+  for (const std::size_t degree : {std::size_t{2}, std::size_t{4}, std::size_t{7}}) {
+    for (const std::size_t trim : {std::size_t{1}, std::size_t{2}}) {
+      CAPTURE(degree);
+      CAPTURE(trim);
+      std::vector<std::vector<double>> inputs(degree, std::vector<double>(n));
+      std::vector<double> self(n);
+      for (auto& v : inputs) std::generate(v.begin(), v.end(), [&] { return normal(rng); });
+      std::generate(self.begin(), self.end(), [&] { return normal(rng); });
+      for (std::size_t i = 0; i < n; i += 3) inputs[0][i] = i % 2 == 0 ? 1e30 : -1e30;
+      for (std::size_t i = 1; i < n; i += 7) inputs[degree - 1][i] = self[i];  // ties
+      std::vector<MixInput> terms;
+      for (const auto& v : inputs) terms.push_back({v.data(), 0.0});
+      std::vector<double> out(n);
+      trimmedMean(self.data(), terms, trim, out.data(), n);
+      if (degree + 1 <= 2 * trim) {
+        CHECK(out == self);  // too few values to trim: keep our own
+        continue;
+      }
+      for (std::size_t i = 0; i < n; ++i) {
+        std::vector<double> values{self[i]};
+        for (const auto& v : inputs) values.push_back(v[i]);
+        std::sort(values.begin(), values.end());
+        double sum = 0;
+        for (std::size_t k = trim; k < values.size() - trim; ++k) sum += values[k];
+        const double expected = sum / static_cast<double>(values.size() - 2 * trim);
+        if (out[i] != doctest::Approx(expected)) {
+          CHECK(out[i] == doctest::Approx(expected));
+          break;
+        }
+      }
+      trimmedMean(self.data(), terms, trim, self.data(), n);  // in place
+      CHECK(self == out);
+    }
+  }
+}
+
+TEST_CASE("clipping: each neighbour's pull limited to the radius, the lower median by default") {
+  // Self at 0; neighbours at distance 1, 2 and 100 along one axis.
+  const std::vector<float> self(4, 0.0f);
+  const std::vector<std::vector<float>> at{{1, 0, 0, 0}, {0, 2, 0, 0}, {0, 0, 0, 100}};
+  std::vector<MixInput> terms;
+  for (const auto& v : at) terms.push_back({v.data(), 0.25});
+  CHECK(clipWeights(self.data(), terms, 0.0, 4) == doctest::Approx(2.0));
+  CHECK(terms[0].weight == doctest::Approx(0.25));
+  CHECK(terms[1].weight == doctest::Approx(0.25));
+  CHECK(terms[2].weight == doctest::Approx(0.25 * 2 / 100));
+  CHECK(clipWeights(self.data(), terms, 0.5, 4) == doctest::Approx(0.5));
+  CHECK(terms[0].weight == doctest::Approx(0.125));
+}
+
 TEST_CASE(
     "step size 0, symmetric W, everyone answering: mean kept, disagreement shrinks by SLEM^2") {
   const Topology topology = graph("ring", 8);
