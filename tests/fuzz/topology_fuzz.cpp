@@ -7,8 +7,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
-    consensusd::topology::parseTopology(
-        std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.yaml");
+    consensusd::topology::parseTopology(std::string_view(reinterpret_cast<const char*>(data), size),
+                                        "fuzz.yaml");
   } catch (const consensusd::schema::InputError&) {
   }
   return 0;
