@@ -84,6 +84,7 @@ consensus::PolicySpec policySpec(const NodeConfig& config) {
   spec.timeout = consensus::fromMilliseconds(config.consensus.timeoutMs);
   spec.quantile = config.consensus.quantile;
   spec.pullTerm = config.consensus.dynamicPull;
+  spec.noiseTerm = config.consensus.dynamicNoise;
   return spec;
 }
 

@@ -261,6 +261,9 @@ std::vector<Key> makeKeys() {
       flag("consensus.dynamic_pull", CONSENSUSD_FIELD(consensus.dynamicPull),
            "dynamic: count the pull toward the neighbours (L/2 sum w ||x_j - x_i||^2) in the "
            "gain of waiting for more."),
+      flag("consensus.dynamic_noise", CONSENSUSD_FIELD(consensus.dynamicNoise),
+           "dynamic: count DBW's minibatch-noise term (sum of squared mixing weights) in the "
+           "gain; off by default (consensus/README.md)."),
 
       choice("straggler.kind", CONSENSUSD_FIELD(straggler.kind),
              {"none", "constant", "exponential", "shifted-exponential", "pareto", "bimodal"},

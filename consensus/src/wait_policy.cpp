@@ -51,14 +51,14 @@ class ArrivalQuantile : public WaitPolicy {
 
 class Dynamic : public WaitPolicy {
  public:
-  Dynamic(std::int64_t warmupRounds, bool pullTerm)
-      : warmupRounds_(warmupRounds), pullTerm_(pullTerm) {}
+  Dynamic(std::int64_t warmupRounds, bool pullTerm, bool noiseTerm)
+      : warmupRounds_(warmupRounds), pullTerm_(pullTerm), noiseTerm_(noiseTerm) {}
   WaitDecision decide(const PolicyContext& context) override {
     if (context.round < warmupRounds_ || context.arrivals->size() < 2 ||
         context.gradients->samples() < 2) {
       return {context.maxCount, std::nullopt};
     }
-    const std::vector<DynamicScore> scores = dynamicScores(context, pullTerm_);
+    const std::vector<DynamicScore> scores = dynamicScores(context, pullTerm_, noiseTerm_);
     const DynamicScore* best = nullptr;
     for (const DynamicScore& score : scores) {
       if (score.gain > 0 && (best == nullptr || score.rho > best->rho)) best = &score;
@@ -69,11 +69,13 @@ class Dynamic : public WaitPolicy {
  private:
   std::int64_t warmupRounds_;
   bool pullTerm_;
+  bool noiseTerm_;
 };
 
 }  // namespace
 
-std::vector<DynamicScore> dynamicScores(const PolicyContext& context, bool pullTerm) {
+std::vector<DynamicScore> dynamicScores(const PolicyContext& context, bool pullTerm,
+                                        bool noiseTerm) {
   // Live neighbours, fastest first (median arrival offset).
   std::vector<const NeighborView*> order;
   for (const NeighborView& neighbor : *context.neighbors) {
@@ -107,11 +109,13 @@ std::vector<DynamicScore> dynamicScores(const PolicyContext& context, bool pullT
     }
     const double self = std::max(0.0, 1.0 - used);
     const double s2 = self * self + squares;
-    // Descent of one SGD step with the averaged noise, plus the pull toward
-    // the neighbours (L/2 sum w ||x_j - x_i||^2: what mixing removes from the
-    // disagreement, weighted like the smoothness bound does).
+    // Descent of one SGD step, plus the pull toward the neighbours
+    // (L/2 sum w ||x_j - x_i||^2: what mixing removes from the disagreement,
+    // weighted like the smoothness bound does). The noise term of a one-shot
+    // average is off by default: in gossip every node's gradient noise
+    // reaches the network average with weight 1/N whatever m is.
     const double gain = eta * gradNormSq * (1.0 - smoothness * eta / 2.0) -
-                        smoothness * eta * eta / 2.0 * noise * s2 +
+                        (noiseTerm ? smoothness * eta * eta / 2.0 * noise * s2 : 0.0) +
                         (pullTerm ? smoothness / 2.0 * pull : 0.0);
     const Duration expected =
         std::max(expectedTimes[std::min(m, liveSlots.size())], context.leadFloor);
@@ -132,7 +136,7 @@ std::unique_ptr<WaitPolicy> makePolicy(const PolicySpec& spec, std::int64_t warm
     case PolicyKind::Quantile:
       return std::make_unique<ArrivalQuantile>(spec.quantile);
     case PolicyKind::Dynamic:
-      return std::make_unique<Dynamic>(warmupRounds, spec.pullTerm);
+      return std::make_unique<Dynamic>(warmupRounds, spec.pullTerm, spec.noiseTerm);
   }
   return std::make_unique<WaitForAll>();
 }

@@ -423,11 +423,20 @@ TEST_CASE("late arrivals complete censored records and silent neighbours count a
   CHECK(history.expectedRoundTime(0) == Duration::zero());
 }
 
-TEST_CASE("dynamic: few neighbours early, more late, on a noisy quadratic") {
-  // One hub with 4 neighbours that always answer at 1, 2, 3, 4 ms with the
-  // hub's own estimate; F(x) = |x|^2 / 2 from far away, gradients with noise.
+namespace {
+
+struct HubChoices {
+  double early = 0;  // mean m chosen in rounds 15-40
+  double late = 0;   // ... and 500-600
+};
+
+// One hub with 4 neighbours that always answer, neighbour j at 1 + (j - 1) *
+// `spacing` ms with the hub's own estimate; F(x) = |x|^2 / 2 from far away,
+// gradients with noise.
+HubChoices hubChoices(bool noiseTerm, double spacing) {
   EngineOptions options;
   options.policy.kind = PolicyKind::Dynamic;
+  options.policy.noiseTerm = noiseTerm;
   options.roundSkipping = false;
   options.warmupRounds = 10;
   options.windowRounds = 50;
@@ -452,7 +461,7 @@ TEST_CASE("dynamic: few neighbours early, more late, on a noisy quadratic") {
     stats.sampleVariance = sigma * sigma * static_cast<double>(dimension);
     engine.onGradient(k, g, 0.5 * x.squaredNorm(), stats, ms(t0 + 0.5));
     for (std::size_t j = 1; j <= 4; ++j)
-      engine.onEstimate(j, k, x.data(), ms(t0 + static_cast<double>(j)));
+      engine.onEstimate(j, k, x.data(), ms(t0 + 1.0 + static_cast<double>(j - 1) * spacing));
     const auto record = engine.tryFinish(ms(t0 + 4));
     REQUIRE(record);
     chosen.push_back(record->target);
@@ -462,14 +471,29 @@ TEST_CASE("dynamic: few neighbours early, more late, on a noisy quadratic") {
     for (std::size_t k = from; k < to; ++k) sum += static_cast<double>(chosen[k]);
     return sum / static_cast<double>(to - from);
   };
-  const double early = average(15, 40);
-  const double late = average(500, 600);
-  CAPTURE(early);
-  CAPTURE(late);
-  CHECK(early <= 1.5);
-  CHECK(late >= 2.0);
-  CHECK(late >= early + 1.0);
   CHECK(engine.gradients().smoothness() == doctest::Approx(1.0).epsilon(0.5));
+  return {average(15, 40), average(500, 600)};
+}
+
+}  // namespace
+
+TEST_CASE("dynamic with DBW's noise term: few neighbours early, more late, on a noisy quadratic") {
+  const HubChoices choices = hubChoices(true, 1.0);
+  CAPTURE(choices.early);
+  CAPTURE(choices.late);
+  CHECK(choices.early <= 1.5);
+  CHECK(choices.late >= 2.0);
+  CHECK(choices.late >= choices.early + 1.0);
+}
+
+TEST_CASE("dynamic (default): no noise term, so the fastest neighbour while they agree") {
+  // Arrivals 0.1 ms apart: waiting for all four costs 30% more than for one,
+  // and with neighbours that agree nothing is gained by it, early or late.
+  const HubChoices agree = hubChoices(false, 0.1);
+  CAPTURE(agree.early);
+  CAPTURE(agree.late);
+  CHECK(agree.early <= 1.2);
+  CHECK(agree.late <= 1.2);
 }
 
 namespace {

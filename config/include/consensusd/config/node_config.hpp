@@ -66,6 +66,7 @@ struct NodeConfig {
     std::int64_t maxLead = 20;
     bool roundSkipping = true;
     bool dynamicPull = true;
+    bool dynamicNoise = false;
     bool skipNearBound = false;
     std::int64_t skipAhead = 2;
     std::int64_t mailboxDepth = 4;

@@ -37,7 +37,8 @@ struct PolicySpec {
   std::int64_t backups = 1;                         // static: b
   Duration timeout{std::chrono::milliseconds(20)};  // timeout
   double quantile = 0.5;                            // quantile: q
-  bool pullTerm = true;  // dynamic: the consensus pull counts in the gain
+  bool pullTerm = true;    // dynamic: the consensus pull counts in the gain
+  bool noiseTerm = false;  // dynamic: DBW's minibatch-noise term S2(m) (off: consensus/README.md)
 };
 
 struct EngineOptions {

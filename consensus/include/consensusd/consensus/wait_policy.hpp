@@ -54,6 +54,7 @@ struct DynamicScore {
   double expectedTimeS;
   double rho;
 };
-std::vector<DynamicScore> dynamicScores(const PolicyContext& context, bool pullTerm = true);
+std::vector<DynamicScore> dynamicScores(const PolicyContext& context, bool pullTerm = true,
+                                        bool noiseTerm = false);
 
 }  // namespace consensusd::consensus
