@@ -101,7 +101,6 @@ consensus::EngineOptions engineOptions(const NodeConfig& config) {
   options.maxLead = c.maxLead;
   options.roundSkipping = c.roundSkipping;
   options.skipAhead = c.skipAhead;
-  options.skipNearBound = c.skipNearBound;
   options.mailboxDepth = static_cast<std::size_t>(c.mailboxDepth);
   options.minResponders = static_cast<std::size_t>(c.minResponders);
   options.maxResponders = static_cast<std::size_t>(c.maxResponders);

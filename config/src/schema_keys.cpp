@@ -255,9 +255,6 @@ std::vector<Key> makeKeys() {
               "Rounds with policy all that seed the dynamic policy's estimators."),
       integer("consensus.window_rounds", CONSENSUSD_FIELD(consensus.windowRounds), 1, 100000,
               "Sliding window of the arrival-time and gradient estimators."),
-      flag("consensus.skip_near_bound", CONSENSUSD_FIELD(consensus.skipNearBound),
-           "Also skip to a neighbour that our lag holds at the lead bound (experimental; "
-           "docs/experiments.md)."),
       flag("consensus.dynamic_pull", CONSENSUSD_FIELD(consensus.dynamicPull),
            "dynamic: count the pull toward the neighbours (L/2 sum w ||x_j - x_i||^2) in the "
            "gain of waiting for more."),

@@ -218,21 +218,16 @@ std::optional<std::int64_t> RoundEngine<Scalar>::skipTarget(Time now) const {
     if (!suspect(s, now) && slots_[s].newestRound >= 0) rounds.push_back(slots_[s].newestRound);
   }
   if (rounds.empty()) return std::nullopt;
-  const auto middle = rounds.begin() + static_cast<std::ptrdiff_t>((rounds.size() - 1) / 2);
-  std::nth_element(rounds.begin(), middle, rounds.end());
-  // Most neighbours are ahead: join them at the (lower) median.
-  if (*middle - round_ > options_.skipAhead) return *middle;
-  // Optional (skip_near_bound): a neighbour is about to be held back by the
-  // lead bound because of us: catch up with it. Without this, a cluster of slow neighbours (none of
-  // them behind a majority) never skips and paces the whole graph. Only near
-  // the bound: a far larger gap is a reunion after a partition, where mixing
-  // with the newest estimates while the node ahead waits re-converges better
-  // than jumping (tests/integration/netns_test.cpp).
-  const std::int64_t newest = *std::max_element(rounds.begin(), rounds.end());
-  const std::int64_t gap = newest - round_;
-  const std::int64_t nearBound =
-      std::max(options_.maxLead - options_.skipAhead, options_.skipAhead + 1);
-  if (options_.skipNearBound && gap >= nearBound && gap <= 2 * options_.maxLead) return newest;
+  std::sort(rounds.begin(), rounds.end());
+  const std::size_t half = rounds.size() / 2;
+  // The median (of an even count: halfway between the middle two), so that a
+  // node with as many slow neighbours as fast ones still moves toward the fast
+  // ones; never past the slowest neighbour's lead bound, where it would only wait.
+  const std::int64_t median = rounds.size() % 2 == 1
+                                  ? rounds[half]
+                                  : rounds[half - 1] + (rounds[half] - rounds[half - 1] + 1) / 2;
+  const std::int64_t target = std::min(median, rounds.front() + options_.maxLead);
+  if (target - round_ > options_.skipAhead) return target;
   return std::nullopt;
 }
 

@@ -67,12 +67,11 @@ struct NodeConfig {
     bool roundSkipping = true;
     bool dynamicPull = true;
     bool dynamicNoise = false;
-    bool skipNearBound = false;
     std::int64_t skipAhead = 2;
     std::int64_t mailboxDepth = 4;
     double peerTimeoutMs = 3000.0;
     double hardDeadlineMs = 10000.0;
-    std::int64_t warmupRounds = 10;
+    std::int64_t warmupRounds = 2;
     std::int64_t windowRounds = 50;
   } consensus;
   struct Straggler {

@@ -49,9 +49,6 @@ struct EngineOptions {
   std::int64_t maxLead = 20;
   bool roundSkipping = true;
   std::int64_t skipAhead = 2;
-  // Also skip to a neighbour our lag holds at the lead bound (experimental:
-  // docs/experiments.md, regime change).
-  bool skipNearBound = false;
   Robust robust = Robust::None;
   std::size_t trim = 1;   // trimmed mean: values dropped at each end, per coordinate
   double clipRadius = 0;  // clip: radius; 0 = the median distance of this round's responders
@@ -60,7 +57,7 @@ struct EngineOptions {
   std::size_t maxResponders = 0;  // 0: the degree
   Duration peerTimeout{std::chrono::seconds(3)};
   Duration hardDeadline{std::chrono::seconds(10)};
-  std::int64_t warmupRounds = 10;  // dynamic: rounds with `all` first
+  std::int64_t warmupRounds = 2;  // dynamic: rounds with `all` first (each can be long)
   std::size_t windowRounds = 50;   // estimator window
   std::size_t batchSize = 32;      // B, for the noise term of the dynamic rule
 };
