@@ -59,9 +59,12 @@ class Dynamic : public WaitPolicy {
       return {context.maxCount, std::nullopt};
     }
     const std::vector<DynamicScore> scores = dynamicScores(context, pullTerm_, noiseTerm_);
+    // Of equal scores the most neighbours (m ascends): E[T(m)] ties when the
+    // lead bound or our own compute sets the pace, and waiting that costs no
+    // time is best spent mixing with more (docs/experiments.md, "Ties").
     const DynamicScore* best = nullptr;
     for (const DynamicScore& score : scores) {
-      if (score.gain > 0 && (best == nullptr || score.rho > best->rho)) best = &score;
+      if (score.gain > 0 && (best == nullptr || score.rho >= best->rho)) best = &score;
     }
     return {best != nullptr ? best->m : context.maxCount, std::nullopt};
   }

@@ -88,7 +88,7 @@ void ZapHandler::answer() {
           userId = it->second;
         } else {
           reason = "key is not a neighbour's";
-          if (deniedKeys_[key]++ == 0) {
+          if (deniedKeys_.size() < kMaxLoggedKeys && deniedKeys_.insert(key).second) {
             spdlog::warn("refusing a CURVE connection from {}: public key {} is not a neighbour's",
                          request[3].to_string(), key);
           }

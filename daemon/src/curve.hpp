@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <zmq.hpp>
 
@@ -43,13 +44,16 @@ class ZapHandler {
   zmq::socket_t& socket() { return socket_; }
 
   // Answers every waiting request without blocking. Denied keys are logged
-  // once each; the handshake failure itself reaches the ROUTER's monitor.
+  // once each (the first kMaxLoggedKeys of them: a stranger cycling through
+  // keys must not grow memory); the handshake failure itself reaches the
+  // ROUTER's monitor.
   void answer();
 
  private:
   zmq::socket_t socket_;
   std::map<std::string, std::string> admitted_;
-  std::map<std::string, std::uint64_t> deniedKeys_;
+  static constexpr std::size_t kMaxLoggedKeys = 1024;
+  std::set<std::string> deniedKeys_;
 };
 
 // The User-Id the ZAP handler gave the connection a message came from ("" if none).

@@ -496,6 +496,17 @@ TEST_CASE("dynamic (default): no noise term, so the fastest neighbour while they
   CHECK(agree.late <= 1.2);
 }
 
+TEST_CASE("dynamic: when more neighbours cost no time, it waits for all of them") {
+  // All four arrive together: E[T(m)] is the same for every m, and of equal
+  // scores the rule takes the most neighbours (strictly better scores only
+  // took the fewest, against the intent of the lead-bound floor).
+  const HubChoices together = hubChoices(false, 0.0);
+  CAPTURE(together.early);
+  CAPTURE(together.late);
+  CHECK(together.early == 4.0);
+  CHECK(together.late == 4.0);
+}
+
 namespace {
 
 // A tiny discrete-event network for the skipping tests: fixed compute time
