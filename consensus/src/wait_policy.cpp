@@ -59,12 +59,16 @@ class Dynamic : public WaitPolicy {
       return {context.maxCount, std::nullopt};
     }
     const std::vector<DynamicScore> scores = dynamicScores(context, pullTerm_, noiseTerm_);
-    // Of equal scores the most neighbours (m ascends): E[T(m)] ties when the
-    // lead bound or our own compute sets the pace, and waiting that costs no
-    // time is best spent mixing with more (docs/experiments.md, "Ties").
+    // Of equal scores, the most neighbours whose arrivals cost no time beyond
+    // our own compute (m ascends); not those the lead-bound floor alone ties:
+    // waiting for them slows this node, which holds its neighbours at their
+    // bound, and the tie spreads (docs/experiments.md, "Ties").
     const DynamicScore* best = nullptr;
     for (const DynamicScore& score : scores) {
-      if (score.gain > 0 && (best == nullptr || score.rho >= best->rho)) best = &score;
+      if (score.gain <= 0) continue;
+      if (best == nullptr || score.rho > best->rho ||
+          (score.rho == best->rho && score.waitS <= best->waitS))
+        best = &score;
     }
     return {best != nullptr ? best->m : context.maxCount, std::nullopt};
   }
@@ -120,10 +124,11 @@ std::vector<DynamicScore> dynamicScores(const PolicyContext& context, bool pullT
     const double gain = eta * gradNormSq * (1.0 - smoothness * eta / 2.0) -
                         (noiseTerm ? smoothness * eta * eta / 2.0 * noise * s2 : 0.0) +
                         (pullTerm ? smoothness / 2.0 * pull : 0.0);
-    const Duration expected =
-        std::max(expectedTimes[std::min(m, liveSlots.size())], context.leadFloor);
+    const Duration wait = expectedTimes[std::min(m, liveSlots.size())];
+    const Duration expected = std::max(wait, context.leadFloor);
     const double seconds = std::max(std::chrono::duration<double>(expected).count(), 1e-9);
-    scores.push_back({m, gain, seconds, gain / seconds});
+    scores.push_back(
+        {m, gain, seconds, std::chrono::duration<double>(wait).count(), gain / seconds});
   }
   return scores;
 }

@@ -51,7 +51,8 @@ std::unique_ptr<WaitPolicy> makePolicy(const PolicySpec& spec, std::int64_t warm
 struct DynamicScore {
   std::size_t m;
   double gain;
-  double expectedTimeS;
+  double expectedTimeS;  // E[T(m)], floored at the lead-bound pace
+  double waitS;          // E[T(m)] before the floor
   double rho;
 };
 std::vector<DynamicScore> dynamicScores(const PolicyContext& context, bool pullTerm = true,
