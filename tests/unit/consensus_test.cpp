@@ -496,6 +496,42 @@ TEST_CASE("dynamic (default): no noise term, so the fastest neighbour while they
   CHECK(agree.late <= 1.2);
 }
 
+TEST_CASE("dynamic: a tie that only the lead-bound floor makes keeps the fewest neighbours") {
+  // Neighbour j arrives at j ms, our gradient at 0.5 ms: E[T(m)] = m ms.
+  ArrivalHistory arrivals(4, 50, milliseconds(1000));
+  for (std::int64_t r = 0; r < 20; ++r) {
+    ArrivalHistory::Round round;
+    round.round = r;
+    round.compute = ms(0.5);
+    for (std::size_t j = 0; j < 4; ++j) {
+      round.offsets.push_back(ms(1.0 + static_cast<double>(j)));
+      round.censored.push_back(false);
+    }
+    arrivals.record(std::move(round));
+  }
+  GradientEstimator gradients(50, 1);
+  for (int k = 0; k < 5; ++k) gradients.record(10.0, 0.0);
+  std::vector<NeighborView> neighbors;
+  for (std::size_t j = 0; j < 4; ++j) neighbors.push_back({j, 0.2, true, -1.0});
+  PolicyContext context;
+  context.round = 100;
+  context.degree = context.live = context.maxCount = 4;
+  context.minCount = 1;
+  context.learningRate = 0.05;
+  context.neighbors = &neighbors;
+  context.arrivals = &arrivals;
+  context.gradients = &gradients;
+  const auto policy = makePolicy(PolicySpec{}, 0);
+  CHECK(policy->decide(context).count == 1);  // the gain is the same, m = 1 is quickest
+  // Held by the lead bound to 10 ms a round: every m costs the same 10 ms,
+  // but waiting for more would make this node slower than the floor it sees.
+  context.leadFloor = ms(10.0);
+  const std::vector<DynamicScore> scores = dynamicScores(context);
+  REQUIRE(scores.size() == 4);
+  CHECK(scores.front().rho == scores.back().rho);
+  CHECK(policy->decide(context).count == 1);
+}
+
 TEST_CASE("dynamic: when more neighbours cost no time, it waits for all of them") {
   // All four arrive together: E[T(m)] is the same for every m, and of equal
   // scores the rule takes the most neighbours (strictly better scores only
