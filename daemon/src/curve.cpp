@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <array>
+#include <cstdint>
 #include <stdexcept>
 #include <vector>
 #include <zmq_addon.hpp>

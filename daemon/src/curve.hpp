@@ -7,7 +7,6 @@
 // request outside our domain is denied, and ZAP_ENFORCE_DOMAIN makes a
 // missing handler deny too.
 
-#include <cstdint>
 #include <map>
 #include <set>
 #include <string>

@@ -58,8 +58,8 @@ struct EngineOptions {
   Duration peerTimeout{std::chrono::seconds(3)};
   Duration hardDeadline{std::chrono::seconds(10)};
   std::int64_t warmupRounds = 2;  // dynamic: rounds with `all` first (each can be long)
-  std::size_t windowRounds = 50;   // estimator window
-  std::size_t batchSize = 32;      // B, for the noise term of the dynamic rule
+  std::size_t windowRounds = 50;  // estimator window
+  std::size_t batchSize = 32;     // B, for the noise term of the dynamic rule
 };
 
 }  // namespace consensusd::consensus
