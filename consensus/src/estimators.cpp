@@ -32,33 +32,35 @@ void ArrivalHistory::observeLate(std::size_t slot, std::int64_t usableUpTo, Time
   }
 }
 
-std::vector<Duration> ArrivalHistory::expectedRoundTimes(
-    const std::vector<std::size_t>& slots) const {
-  std::vector<double> totals(slots.size() + 1, 0.0);
-  if (rounds_.empty()) return std::vector<Duration>(totals.size(), Duration::zero());
-  std::vector<Duration> offsets(slots.size());
+ArrivalHistory::Forecast ArrivalHistory::forecast(const std::vector<std::size_t>& slots) const {
+  const std::size_t n = slots.size();
+  std::vector<double> totals(n + 1, 0.0);
+  Forecast result{{}, std::vector<std::vector<double>>(n + 1, std::vector<double>(n, 0.0))};
+  std::vector<Duration> offsets(n);
+  std::vector<Duration> sorted(n);
   for (const Round& round : rounds_) {
-    for (std::size_t k = 0; k < slots.size(); ++k) {
+    for (std::size_t k = 0; k < n; ++k)
       offsets[k] = round.censored[slots[k]] ? cap_ : round.offsets[slots[k]];
-    }
-    std::sort(offsets.begin(), offsets.end());
-    totals[0] += static_cast<double>(round.compute.count());
-    for (std::size_t m = 1; m <= slots.size(); ++m) {
-      totals[m] += static_cast<double>(std::max(round.compute, offsets[m - 1]).count());
+    sorted = offsets;
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t m = 0; m <= n; ++m) {
+      const Duration cutoff = m == 0 ? round.compute : std::max(round.compute, sorted[m - 1]);
+      totals[m] += static_cast<double>(cutoff.count());
+      for (std::size_t k = 0; k < n; ++k) result.inTime[m][k] += offsets[k] <= cutoff ? 1.0 : 0.0;
     }
   }
-  std::vector<Duration> means;
-  means.reserve(totals.size());
-  for (const double total : totals) {
-    means.emplace_back(static_cast<Duration::rep>(total / static_cast<double>(rounds_.size())));
+  const double count = static_cast<double>(std::max<std::size_t>(rounds_.size(), 1));
+  for (std::size_t m = 0; m <= n; ++m) {
+    result.roundTime.emplace_back(static_cast<Duration::rep>(totals[m] / count));
+    for (double& share : result.inTime[m]) share /= count;
   }
-  return means;
+  return result;
 }
 
 Duration ArrivalHistory::expectedRoundTime(std::size_t m) const {
   std::vector<std::size_t> all(neighbors_);
   for (std::size_t j = 0; j < neighbors_; ++j) all[j] = j;
-  return expectedRoundTimes(all).at(std::min(m, neighbors_));
+  return forecast(all).roundTime.at(std::min(m, neighbors_));
 }
 
 Duration ArrivalHistory::offsetQuantile(std::size_t slot, double q) const {

@@ -27,6 +27,7 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
                       Mailbox<Scalar>(options_.mailboxDepth, dimension),
                       now,
                       -1,
+                      -1,
                       {},
                       {}});
   }
@@ -81,15 +82,9 @@ void RoundEngine<Scalar>::setPolicy(const PolicySpec& spec) {
 
 template <class Scalar>
 PolicyContext RoundEngine<Scalar>::policyContext(Time now) {
-  const bool wantDistances = options_.policy.kind == PolicyKind::Dynamic;
   views_.clear();
-  for (std::size_t s = 0; s < slots_.size(); ++s) {
-    double distanceSq = -1;
-    const auto* newest = slots_[s].mailbox.newest();
-    if (wantDistances && newest != nullptr)
-      distanceSq = static_cast<double>((newest->values - params_).squaredNorm());
-    views_.push_back({s, slots_[s].weight, !suspect(s, now), distanceSq});
-  }
+  for (std::size_t s = 0; s < slots_.size(); ++s)
+    views_.push_back({s, slots_[s].weight, !suspect(s, now), slots_[s].distanceSq});
   PolicyContext context;
   context.round = round_;
   context.degree = slots_.size();
@@ -147,6 +142,13 @@ Receipt RoundEngine<Scalar>::onEstimate(std::size_t node, std::int64_t round, co
   switch (receipt) {
     case Receipt::Stored:
       ++(round < round_ ? slot.counters.late : slot.counters.onTime);
+      // Measured on arrival: by the next round start the estimate is mixed
+      // and gone, and a neighbour not yet in is the one whose distance the
+      // dynamic rule weighs against the wait (consensus pull term).
+      if (options_.policy.kind == PolicyKind::Dynamic) {
+        slot.distanceSq = static_cast<double>(
+            (Eigen::Map<const Vector>(values, params_.size()) - params_).squaredNorm());
+      }
       arrivals_.observeLate(
           *index, options_.mixRound == MixRound::Newest ? round + options_.staleness : round, now);
       break;

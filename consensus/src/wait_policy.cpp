@@ -103,16 +103,20 @@ std::vector<DynamicScore> dynamicScores(const PolicyContext& context, bool pullT
   const double noise = context.gradients->variance() /
                        static_cast<double>(std::max<std::size_t>(context.batchSize, 1));
   const double smoothness = context.gradients->smoothness();
-  const std::vector<Duration> expectedTimes = context.arrivals->expectedRoundTimes(liveSlots);
+  const ArrivalHistory::Forecast forecast = context.arrivals->forecast(liveSlots);
   std::vector<DynamicScore> scores;
   for (std::size_t m = context.minCount; m <= context.maxCount; ++m) {
     double used = 0;
     double squares = 0;
     double pull = 0;
-    for (std::size_t k = 0; k < m && k < order.size(); ++k) {
-      used += order[k]->weight;
-      squares += order[k]->weight * order[k]->weight;
-      if (order[k]->distanceSq >= 0) pull += order[k]->weight * order[k]->distanceSq;
+    // Every neighbour in by the cut-off is mixed, not only the m waited for
+    // (under bimodal delays, waiting for one brings in every one not slow).
+    const std::vector<double>& inTime = forecast.inTime[std::min(m, order.size())];
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      const double weight = inTime[k] * order[k]->weight;
+      used += weight;
+      squares += weight * order[k]->weight;
+      if (order[k]->distanceSq >= 0) pull += weight * order[k]->distanceSq;
     }
     const double self = std::max(0.0, 1.0 - used);
     const double s2 = self * self + squares;
@@ -124,7 +128,7 @@ std::vector<DynamicScore> dynamicScores(const PolicyContext& context, bool pullT
     const double gain = eta * gradNormSq * (1.0 - smoothness * eta / 2.0) -
                         (noiseTerm ? smoothness * eta * eta / 2.0 * noise * s2 : 0.0) +
                         (pullTerm ? smoothness / 2.0 * pull : 0.0);
-    const Duration wait = expectedTimes[std::min(m, liveSlots.size())];
+    const Duration wait = forecast.roundTime[std::min(m, liveSlots.size())];
     const Duration expected = std::max(wait, context.leadFloor);
     const double seconds = std::max(std::chrono::duration<double>(expected).count(), 1e-9);
     scores.push_back(

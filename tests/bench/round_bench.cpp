@@ -66,7 +66,8 @@ void engineRound(benchmark::State& state) {
   state.SetLabel(consensusd::consensus::toString(policy));
 }
 
-// The dynamic rule's decision alone: context (neighbour distances) and scores.
+// The dynamic rule's decision alone: context and scores (the neighbour distances
+// are measured as estimates arrive, so they count in engineRound).
 void dynamicDecision(benchmark::State& state) {
   const auto topology = degreeFour();
   EngineOptions options;

@@ -431,9 +431,10 @@ struct HubChoices {
 };
 
 // One hub with 4 neighbours that always answer, neighbour j at 1 + (j - 1) *
-// `spacing` ms with the hub's own estimate; F(x) = |x|^2 / 2 from far away,
-// gradients with noise.
-HubChoices hubChoices(bool noiseTerm, double spacing) {
+// `spacing` ms with the hub's own estimate off by `disagreement` in every
+// coordinate (up and down in turn, so the hub does not drift); F(x) =
+// |x|^2 / 2 from far away, gradients with noise.
+HubChoices hubChoices(bool noiseTerm, double spacing, double disagreement = 0.0) {
   EngineOptions options;
   options.policy.kind = PolicyKind::Dynamic;
   options.policy.noiseTerm = noiseTerm;
@@ -460,8 +461,10 @@ HubChoices hubChoices(bool noiseTerm, double spacing) {
     stats.gradNormSq = g.squaredNorm();
     stats.sampleVariance = sigma * sigma * static_cast<double>(dimension);
     engine.onGradient(k, g, 0.5 * x.squaredNorm(), stats, ms(t0 + 0.5));
-    for (std::size_t j = 1; j <= 4; ++j)
-      engine.onEstimate(j, k, x.data(), ms(t0 + 1.0 + static_cast<double>(j - 1) * spacing));
+    const Eigen::VectorXd estimate = x.array() + (k % 2 == 0 ? disagreement : -disagreement);
+    for (std::size_t j = 1; j <= 4; ++j) {
+      engine.onEstimate(j, k, estimate.data(), ms(t0 + 1.0 + static_cast<double>(j - 1) * spacing));
+    }
     const auto record = engine.tryFinish(ms(t0 + 4));
     REQUIRE(record);
     chosen.push_back(record->target);
@@ -496,19 +499,56 @@ TEST_CASE("dynamic (default): no noise term, so the fastest neighbour while they
   CHECK(agree.late <= 1.2);
 }
 
+TEST_CASE("dynamic: neighbours that disagree are worth waiting for once descent slows") {
+  // Each neighbour's estimate is mixed in and discarded before the next round
+  // starts, so their distances come from the last estimates seen: without
+  // them the consensus pull only counted neighbours already in, which cost
+  // no waiting, and the rule took the fastest neighbour here too.
+  const HubChoices disagree = hubChoices(false, 0.1, 1.0);
+  CAPTURE(disagree.early);
+  CAPTURE(disagree.late);
+  CHECK(disagree.early <= 1.5);
+  CHECK(disagree.late >= 3.5);
+}
+
+namespace {
+
+// One round of the window: our compute time and every neighbour's arrival offset.
+void recordArrivals(ArrivalHistory& history, std::int64_t round, Duration compute,
+                    std::vector<Duration> offsets) {
+  ArrivalHistory::Round record;
+  record.round = round;
+  record.compute = compute;
+  record.censored.assign(offsets.size(), false);
+  record.offsets = std::move(offsets);
+  history.record(std::move(record));
+}
+
+}  // namespace
+
+TEST_CASE("forecast: every neighbour in by the cut-off is mixed, not only the m waited for") {
+  // Slots 0 and 1 always arrive together at 5 ms; slot 2 at 50 ms in even
+  // rounds and at 2 ms in odd ones; our own gradient takes 1 ms.
+  ArrivalHistory history(3, 10, milliseconds(1000));
+  for (std::int64_t r = 0; r < 10; ++r)
+    recordArrivals(history, r, ms(1), {ms(5), ms(5), ms(r % 2 == 0 ? 50 : 2)});
+  const ArrivalHistory::Forecast forecast = history.forecast({0, 1, 2});
+  REQUIRE(forecast.roundTime.size() == 4);
+  CHECK(forecast.roundTime[0] == ms(1));
+  CHECK(forecast.roundTime[1] == ms(3.5));  // 5 ms in even rounds, 2 ms in odd ones
+  CHECK(forecast.roundTime[3] == ms(27.5));
+  // Waiting for one: both 5 ms arrivals come together in even rounds.
+  CHECK(forecast.inTime[1] == std::vector<double>{0.5, 0.5, 0.5});
+  CHECK(forecast.inTime[2] == std::vector<double>{1.0, 1.0, 0.5});
+  CHECK(forecast.inTime[3] == std::vector<double>{1.0, 1.0, 1.0});
+  CHECK(forecast.inTime[0] == std::vector<double>{0.0, 0.0, 0.0});
+}
+
 TEST_CASE("dynamic: a tie that only the lead-bound floor makes keeps the fewest neighbours") {
   // Neighbour j arrives at j ms, our gradient at 0.5 ms: E[T(m)] = m ms.
   ArrivalHistory arrivals(4, 50, milliseconds(1000));
-  for (std::int64_t r = 0; r < 20; ++r) {
-    ArrivalHistory::Round round;
-    round.round = r;
-    round.compute = ms(0.5);
-    for (std::size_t j = 0; j < 4; ++j) {
-      round.offsets.push_back(ms(1.0 + static_cast<double>(j)));
-      round.censored.push_back(false);
-    }
-    arrivals.record(std::move(round));
-  }
+  for (std::int64_t r = 0; r < 20; ++r)
+    recordArrivals(arrivals, r, ms(0.5), {ms(1), ms(2), ms(3), ms(4)});
   GradientEstimator gradients(50, 1);
   for (int k = 0; k < 5; ++k) gradients.record(10.0, 0.0);
   std::vector<NeighborView> neighbors;

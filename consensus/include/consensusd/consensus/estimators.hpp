@@ -44,9 +44,15 @@ class ArrivalHistory {
 
   // E[max(C, A_(m))] over the window; A_(0) = 0. Censored offsets count as `cap`.
   Duration expectedRoundTime(std::size_t m) const;
-  // E[max(C, A_(m))] for m = 0..slots.size(), A_(m) taken over `slots` only;
-  // one sort per recorded round for all m.
-  std::vector<Duration> expectedRoundTimes(const std::vector<std::size_t>& slots) const;
+  // What waiting for the m first of `slots` (m = 0..slots.size()) would give,
+  // over the recorded rounds: the round time E[max(C, A_(m))], and the share
+  // of rounds in which each slot's estimate was in by that cut-off (it is
+  // mixed then, whatever m was: neighbours that arrive together all count).
+  struct Forecast {
+    std::vector<Duration> roundTime;          // [m]
+    std::vector<std::vector<double>> inTime;  // [m][k], k indexes `slots`
+  };
+  Forecast forecast(const std::vector<std::size_t>& slots) const;
   // Median offset of one neighbour (censored as `cap`).
   Duration medianOffset(std::size_t slot) const { return offsetQuantile(slot, 0.5); }
   // The q-quantile of one neighbour's offsets (censored as `cap`).

@@ -129,6 +129,7 @@ class RoundEngine {
     Mailbox<Scalar> mailbox;
     Time lastHeard;
     std::int64_t newestRound = -1;
+    double distanceSq = -1;  // ||x_j - x_i||^2 on arrival of its newest estimate
     NeighborCounters counters;
     std::map<std::int64_t, bool> decisions;  // symmetric mode: round -> used our estimate
   };

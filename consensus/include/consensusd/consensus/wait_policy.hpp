@@ -17,7 +17,7 @@ struct NeighborView {
   std::size_t slot;
   double weight;      // w_ij
   bool live;          // not suspect
-  double distanceSq;  // ||x_j - x_i||^2 from the newest estimates; < 0 when unknown
+  double distanceSq;  // ||x_j - x_i||^2 from its newest estimate seen; < 0 when unknown
 };
 
 struct PolicyContext {
