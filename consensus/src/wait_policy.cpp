@@ -83,17 +83,12 @@ class Dynamic : public WaitPolicy {
 
 std::vector<DynamicScore> dynamicScores(const PolicyContext& context, bool pullTerm,
                                         bool noiseTerm) {
-  // Live neighbours, fastest first (median arrival offset).
+  // Live neighbours; their order does not matter, since every one is weighed
+  // by its chance of being in by each cut-off.
   std::vector<const NeighborView*> order;
   for (const NeighborView& neighbor : *context.neighbors) {
     if (neighbor.live) order.push_back(&neighbor);
   }
-  std::vector<std::chrono::nanoseconds> median(context.neighbors->size());
-  for (const NeighborView* neighbor : order)
-    median[neighbor->slot] = context.arrivals->medianOffset(neighbor->slot);
-  std::stable_sort(order.begin(), order.end(), [&](const NeighborView* a, const NeighborView* b) {
-    return median[a->slot] < median[b->slot];
-  });
   std::vector<std::size_t> liveSlots;
   liveSlots.reserve(order.size());
   for (const NeighborView* neighbor : order) liveSlots.push_back(neighbor->slot);

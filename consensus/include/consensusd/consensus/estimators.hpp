@@ -53,8 +53,6 @@ class ArrivalHistory {
     std::vector<std::vector<double>> inTime;  // [m][k], k indexes `slots`
   };
   Forecast forecast(const std::vector<std::size_t>& slots) const;
-  // Median offset of one neighbour (censored as `cap`).
-  Duration medianOffset(std::size_t slot) const { return offsetQuantile(slot, 0.5); }
   // The q-quantile of one neighbour's offsets (censored as `cap`).
   Duration offsetQuantile(std::size_t slot, double q) const;
   // The q-quantile of all offsets of all neighbours over the window.
