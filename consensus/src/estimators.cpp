@@ -32,15 +32,18 @@ void ArrivalHistory::observeLate(std::size_t slot, std::int64_t usableUpTo, Time
   }
 }
 
-ArrivalHistory::Forecast ArrivalHistory::forecast(const std::vector<std::size_t>& slots) const {
+ArrivalHistory::Forecast ArrivalHistory::forecast(const std::vector<std::size_t>& slots,
+                                                  Time now) const {
   const std::size_t n = slots.size();
   std::vector<double> totals(n + 1, 0.0);
   Forecast result{{}, std::vector<std::vector<double>>(n + 1, std::vector<double>(n, 0.0))};
   std::vector<Duration> offsets(n);
   std::vector<Duration> sorted(n);
   for (const Round& round : rounds_) {
+    // Not in yet: at least as late as the time elapsed since, and at most the cap.
+    const Duration pending = std::clamp(now - round.start, Duration::zero(), cap_);
     for (std::size_t k = 0; k < n; ++k)
-      offsets[k] = round.censored[slots[k]] ? cap_ : round.offsets[slots[k]];
+      offsets[k] = round.censored[slots[k]] ? pending : round.offsets[slots[k]];
     sorted = offsets;
     std::sort(sorted.begin(), sorted.end());
     for (std::size_t m = 0; m <= n; ++m) {
@@ -57,10 +60,10 @@ ArrivalHistory::Forecast ArrivalHistory::forecast(const std::vector<std::size_t>
   return result;
 }
 
-Duration ArrivalHistory::expectedRoundTime(std::size_t m) const {
+Duration ArrivalHistory::expectedRoundTime(std::size_t m, Time now) const {
   std::vector<std::size_t> all(neighbors_);
   for (std::size_t j = 0; j < neighbors_; ++j) all[j] = j;
-  return forecast(all).roundTime.at(std::min(m, neighbors_));
+  return forecast(all, now).roundTime.at(std::min(m, neighbors_));
 }
 
 Duration ArrivalHistory::offsetQuantile(std::size_t slot, double q) const {

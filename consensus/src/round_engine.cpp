@@ -87,6 +87,7 @@ PolicyContext RoundEngine<Scalar>::policyContext(Time now) {
     views_.push_back({s, slots_[s].weight, !suspect(s, now), slots_[s].distanceSq});
   PolicyContext context;
   context.round = round_;
+  context.now = now;
   context.degree = slots_.size();
   context.live = liveCount(now);
   const std::size_t upper =
@@ -139,18 +140,22 @@ Receipt RoundEngine<Scalar>::onEstimate(std::size_t node, std::int64_t round, co
   slot.lastHeard = now;
   slot.newestRound = std::max(slot.newestRound, round);
   const Receipt receipt = slot.mailbox.store(round, values, now, oldestUseful());
+  if (receipt == Receipt::Stored || receipt == Receipt::Stale) {
+    // Too old to mix or not, it completes the record of the rounds it was due
+    // in: a neighbour a round behind is late, not absent.
+    arrivals_.observeLate(
+        *index, options_.mixRound == MixRound::Newest ? round + options_.staleness : round, now);
+    // Measured on arrival: by the next round start the estimate is mixed
+    // and gone, and a neighbour not yet in is the one whose distance the
+    // dynamic rule weighs against the wait (consensus pull term).
+    if (options_.policy.kind == PolicyKind::Dynamic) {
+      slot.distanceSq = static_cast<double>(
+          (Eigen::Map<const Vector>(values, params_.size()) - params_).squaredNorm());
+    }
+  }
   switch (receipt) {
     case Receipt::Stored:
       ++(round < round_ ? slot.counters.late : slot.counters.onTime);
-      // Measured on arrival: by the next round start the estimate is mixed
-      // and gone, and a neighbour not yet in is the one whose distance the
-      // dynamic rule weighs against the wait (consensus pull term).
-      if (options_.policy.kind == PolicyKind::Dynamic) {
-        slot.distanceSq = static_cast<double>(
-            (Eigen::Map<const Vector>(values, params_.size()) - params_).squaredNorm());
-      }
-      arrivals_.observeLate(
-          *index, options_.mixRound == MixRound::Newest ? round + options_.staleness : round, now);
       break;
     case Receipt::Duplicate:
       ++slot.counters.duplicate;

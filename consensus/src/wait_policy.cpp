@@ -98,7 +98,7 @@ std::vector<DynamicScore> dynamicScores(const PolicyContext& context, bool pullT
   const double noise = context.gradients->variance() /
                        static_cast<double>(std::max<std::size_t>(context.batchSize, 1));
   const double smoothness = context.gradients->smoothness();
-  const ArrivalHistory::Forecast forecast = context.arrivals->forecast(liveSlots);
+  const ArrivalHistory::Forecast forecast = context.arrivals->forecast(liveSlots, context.now);
   std::vector<DynamicScore> scores;
   for (std::size_t m = context.minCount; m <= context.maxCount; ++m) {
     double used = 0;

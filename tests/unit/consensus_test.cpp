@@ -418,6 +418,9 @@ TEST_CASE("late arrivals complete censored records and silent neighbours count a
   round.censored = {false, true};
   history.record(round);
   CHECK(history.expectedRoundTime(2) == milliseconds(100));
+  // Still missing 6 ms after the round start: at least that late, no later yet.
+  CHECK(history.expectedRoundTime(2, ms(16)) == milliseconds(6));
+  CHECK(history.expectedRoundTime(2, ms(500)) == milliseconds(100));
   history.observeLate(1, 4, ms(18));
   CHECK(history.expectedRoundTime(2) == milliseconds(8));
   CHECK(history.expectedRoundTime(0) == Duration::zero());
@@ -581,6 +584,41 @@ TEST_CASE("dynamic: when more neighbours cost no time, it waits for all of them"
   CAPTURE(together.late);
   CHECK(together.early == 4.0);
   CHECK(together.late == 4.0);
+}
+
+TEST_CASE("dynamic: neighbours a phase behind, in with our own gradient, are waited for") {
+  // n1 keeps our phase; n2..n4 send each round's estimate just as our own
+  // gradient is done. Waiting for one (static), we move on first, so theirs
+  // come in a round too old to mix. They must still count as late (not as
+  // never), and the round just ended as due now (not at the hard deadline),
+  // or the rule sees seconds where waiting costs nothing, and never mixes them.
+  EngineOptions options = withPolicy(PolicyKind::Static);
+  options.policy.backups = 3;
+  const Topology topology = graph("star", 5);
+  Engine engine(topology, 0, options, rate(0.05), 0.0, Eigen::VectorXd::Zero(3), Time{});
+  const Eigen::VectorXd estimate = Eigen::VectorXd::Constant(3, 1.0);
+  GradientStats stats;
+  stats.gradNormSq = 1.0;
+  std::vector<std::size_t> mixed;
+  REQUIRE(engine.tryStart(ms(0)));
+  for (std::int64_t k = 0; k < 200; ++k) {
+    if (k == 100) engine.setPolicy(PolicySpec{});  // dynamic from round 101
+    const double t0 = 10.0 * static_cast<double>(k);
+    engine.onEstimate(1, k, estimate.data(), ms(t0 + 0.1));
+    engine.onGradient(k, Eigen::VectorXd::Ones(3), 0.0, stats, ms(t0 + 10));
+    std::optional<RoundRecord> record = engine.tryFinish(ms(t0 + 10));
+    if (record) REQUIRE(engine.tryStart(ms(t0 + 10)));  // before theirs are in
+    for (std::size_t j = 2; j <= 4; ++j) engine.onEstimate(j, k, estimate.data(), ms(t0 + 10));
+    if (!record) {
+      record = engine.tryFinish(ms(t0 + 10));
+      REQUIRE(record);
+      REQUIRE(engine.tryStart(ms(t0 + 10)));
+    }
+    mixed.push_back(record->responders.size());
+  }
+  CHECK(engine.counters(2).stale >= 99);
+  CHECK(mixed[99] == 1);
+  CHECK(std::all_of(mixed.begin() + 105, mixed.end(), [](std::size_t n) { return n == 4; }));
 }
 
 namespace {

@@ -42,8 +42,11 @@ class ArrivalHistory {
   std::size_t size() const { return rounds_.size(); }
   const std::deque<Round>& rounds() const { return rounds_; }
 
-  // E[max(C, A_(m))] over the window; A_(0) = 0. Censored offsets count as `cap`.
-  Duration expectedRoundTime(std::size_t m) const;
+  // E[max(C, A_(m))] over the window as of `now`; A_(0) = 0. An estimate
+  // still missing counts as arriving now (it is at least that late), at most
+  // at `cap`: the last round, whose late estimates are often still in flight
+  // at the next start, must not count them as never coming.
+  Duration expectedRoundTime(std::size_t m, Time now = Time::max()) const;
   // What waiting for the m first of `slots` (m = 0..slots.size()) would give,
   // over the recorded rounds: the round time E[max(C, A_(m))], and the share
   // of rounds in which each slot's estimate was in by that cut-off (it is
@@ -52,7 +55,7 @@ class ArrivalHistory {
     std::vector<Duration> roundTime;          // [m]
     std::vector<std::vector<double>> inTime;  // [m][k], k indexes `slots`
   };
-  Forecast forecast(const std::vector<std::size_t>& slots) const;
+  Forecast forecast(const std::vector<std::size_t>& slots, Time now = Time::max()) const;
   // The q-quantile of one neighbour's offsets (censored as `cap`).
   Duration offsetQuantile(std::size_t slot, double q) const;
   // The q-quantile of all offsets of all neighbours over the window.

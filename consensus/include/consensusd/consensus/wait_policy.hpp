@@ -32,6 +32,7 @@ struct PolicyContext {
   const ArrivalHistory* arrivals = nullptr;
   const GradientEstimator* gradients = nullptr;
   Duration leadFloor{};  // the lead bound keeps rounds at least this long (0: not binding)
+  Time now{};            // the round start being decided
 };
 
 struct WaitDecision {
