@@ -4,9 +4,10 @@
 // ArrivalHistory keeps, over a sliding window of rounds, the local compute
 // time and each neighbour's arrival offset (time from round start until a
 // usable estimate was there). An offset not seen by the cut-off is censored;
-// when the estimate arrives later the record is completed, so only neighbours
-// that never answer stay censored, and they count as arriving at the hard
-// deadline. E[T(m)] is the bootstrap mean over the recorded rounds of
+// when the estimate arrives later (even too late to mix) the record is
+// completed. For E[T(m)] one still missing counts as arriving at the time of
+// the decision, at most at the hard deadline; the quantiles count it at the
+// hard deadline. E[T(m)] is the bootstrap mean over the recorded rounds of
 // max(C, A_(m)) (whole rounds, so correlation between neighbours is kept).
 //
 // GradientEstimator smooths ||grad F||^2, sigma^2 and the smoothness L over
