@@ -10,9 +10,9 @@
 
 namespace consensusd::cli {
 
-std::map<std::size_t, std::vector<std::string>> stragglerOverrides(
-    const std::vector<std::string>& specs, const topology::Topology& graph, bool allowAll) {
-  std::map<std::size_t, std::vector<std::string>> overrides;
+std::vector<StragglerFlag> stragglerFlags(const std::vector<std::string>& specs,
+                                          const topology::Topology& graph, bool allowAll) {
+  std::vector<StragglerFlag> flags;
   for (const std::string& spec : specs) {
     const auto eq = spec.find('=');
     const std::string who = spec.substr(0, eq);
@@ -23,14 +23,14 @@ std::map<std::size_t, std::vector<std::string>> stragglerOverrides(
                        "': expected NODE=KEY=VALUE[,KEY=VALUE] with NODE a node of the topology" +
                        (allowAll ? " or all" : ""));
     }
-    for (std::size_t i = 0; i < graph.size(); ++i) {
-      if (!all && i != *index) continue;
-      std::stringstream items(spec.substr(eq + 1));
-      for (std::string item; std::getline(items, item, ',');)
-        if (!item.empty()) overrides[i].push_back("straggler." + item);
-    }
+    std::vector<std::string> overrides;
+    std::stringstream items(spec.substr(eq + 1));
+    for (std::string item; std::getline(items, item, ',');)
+      if (!item.empty()) overrides.push_back("straggler." + item);
+    for (std::size_t i = 0; i < graph.size(); ++i)
+      if (all || i == *index) flags.push_back({i, overrides});
   }
-  return overrides;
+  return flags;
 }
 
 void addVersionFlag(CLI::App& app) {

@@ -5,7 +5,6 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
-#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -33,10 +32,15 @@ int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
 // Adds --version printing the program name and version.
 void addVersionFlag(CLI::App& app);
 
-// `--straggler NODE=KEY=VALUE[,KEY=VALUE]` (and `all=...` when allowed): the
-// `straggler.KEY=VALUE` overrides of each node, by topology index. A node not
-// in the topology is a UsageError; the keys are checked by the config schema.
-std::map<std::size_t, std::vector<std::string>> stragglerOverrides(
-    const std::vector<std::string>& specs, const topology::Topology& graph, bool allowAll);
+// `--straggler NODE=KEY=VALUE[,KEY=VALUE]` (and `all=...` when allowed): one
+// straggler model per flag and node it names, as `straggler.KEY=VALUE`
+// overrides, in flag order. A node not in the topology is a UsageError; the
+// keys are checked by the config schema.
+struct StragglerFlag {
+  std::size_t node = 0;  // topology index
+  std::vector<std::string> overrides;
+};
+std::vector<StragglerFlag> stragglerFlags(const std::vector<std::string>& specs,
+                                          const topology::Topology& graph, bool allowAll);
 
 }  // namespace consensusd::cli

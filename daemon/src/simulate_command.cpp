@@ -170,11 +170,12 @@ int runSimulate(const SimulateOptions& options) {
   // The daemon's config schema reads every setting: same keys, same checks.
   const std::string base = "node: {id: " + graph.node(0).id + "}\ntopology: {file: unused}\n";
   const config::NodeConfig common = config::readConfig(base, "--set", options.sets);
-  std::vector<consensus::StragglerSpec> stragglers(graph.size());
-  for (const auto& [i, overrides] : stragglerOverrides(options.stragglers, graph, true)) {
+  std::vector<std::vector<consensus::StragglerSpec>> stragglers(graph.size());
+  for (const StragglerFlag& flag : stragglerFlags(options.stragglers, graph, true)) {
     std::vector<std::string> all = options.sets;
-    all.insert(all.end(), overrides.begin(), overrides.end());
-    stragglers[i] = config::stragglerSpec(config::readConfig(base, "--straggler", all));
+    all.insert(all.end(), flag.overrides.begin(), flag.overrides.end());
+    stragglers[flag.node].push_back(
+        config::stragglerSpec(config::readConfig(base, "--straggler", all)));
   }
 
   const std::vector<sim::Attacker> attackers = parseAttacks(options.attacks, graph);
@@ -294,8 +295,9 @@ void addSimulateCommand(CLI::App& parent, std::function<int()>& action) {
                   "consensus.*)")
       ->type_name("KEY=VALUE");
   cmd->add_option("--straggler", o->stragglers,
-                  "NODE=KEY=VALUE[,KEY=VALUE] or all=...: straggler.* keys, e.g. "
-                  "all=kind=bimodal,slow_probability=0.1");
+                  "NODE=KEY=VALUE[,KEY=VALUE] or all=...: one straggler model (straggler.* "
+                  "keys), e.g. all=kind=bimodal,slow_probability=0.1; a node's models add "
+                  "up, each in its from_round..to_round");
   cmd->add_option("--attack", o->attacks,
                   "NODE=sign-flip[:SCALE] (sends -SCALE x) or NODE=shift[:SCALE] (sends x + "
                   "SCALE): a node that lies to its neighbours (see consensus.robust)");

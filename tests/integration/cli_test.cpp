@@ -210,10 +210,17 @@ TEST_CASE("consensusctl simulate: a CSV per policy and seed, and the summary tab
   const TempDir dir;
   const std::string topology = dir.path() + "/ring4.yaml";
   REQUIRE(ctl({"topology", "gen", "ring", "--nodes", "4", "-o", topology}).exitCode == 0);
-  const auto run = ctl({"simulate", topology, "--policy", "all,static:1,dynamic", "--seeds", "1,2",
-                        "--set", "data.dataset=synthetic-logistic", "--set", "model.kind=logistic",
-                        "--straggler", "n2=kind=constant,delay_ms=30", "--time-s", "3", "--target",
-                        "0.7", "-o", dir.path() + "/out"});
+  // Two straggler models on n2 (its own and everyone's): their delays add.
+  const auto run = ctl({"simulate",    topology,
+                        "--policy",    "all,static:1,dynamic",
+                        "--seeds",     "1,2",
+                        "--set",       "data.dataset=synthetic-logistic",
+                        "--set",       "model.kind=logistic",
+                        "--straggler", "n2=kind=constant,delay_ms=30",
+                        "--straggler", "all=kind=exponential,mean_ms=1,from_round=50",
+                        "--time-s",    "3",
+                        "--target",    "0.7",
+                        "-o",          dir.path() + "/out"});
   INFO(run.out << run.err);
   REQUIRE(run.exitCode == 0);
   CHECK(lineCount(run.out) >= 6 + 5);  // one line per run, then the table

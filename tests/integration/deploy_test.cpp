@@ -186,4 +186,9 @@ TEST_CASE("consensusctl compose writes a testbed that docker-compose validates")
                   "-o", dir.path() + "/bad2", "--straggler", "n3=slow_facter=20"});
   CHECK(badKey.exitCode == 78);
   CHECK(badKey.err.find("straggler.slow_factor") != std::string::npos);  // did you mean
+  const auto twice = runProcess(
+      {CONSENSUSCTL, "compose", CONSENSUSD_SOURCE_DIR "/config/examples/ring8.yaml", "-o",
+       dir.path() + "/bad3", "--straggler", "n3=kind=bimodal", "--straggler", "n3=slow_factor=20"});
+  CHECK(twice.exitCode == 64);
+  CHECK(twice.err.find("node n3 is named twice") != std::string::npos);
 }

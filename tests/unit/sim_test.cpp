@@ -63,7 +63,7 @@ struct Setup {
 TEST_CASE("the same seed gives the same run and another seed another") {
   Setup setup("ring", 6);
   setup.options.engine.policy.kind = PolicyKind::Dynamic;
-  setup.options.stragglers.assign(6, straggler(consensus::StragglerKind::Exponential, 0ms, 5ms));
+  setup.options.stragglers.assign(6, {straggler(consensus::StragglerKind::Exponential, 0ms, 5ms)});
   setup.options.sampleEvery = 100ms;
   const auto a = setup.run();
   const auto b = setup.run();
@@ -93,11 +93,27 @@ TEST_CASE("two nodes: a round lasts max(compute, latency + size / bandwidth)") {
   CHECK(result.samples.back().accuracy > 0.5);  // real gradients moved the model
 }
 
+TEST_CASE("two nodes: a node's straggler models add up, each in its own rounds") {
+  Setup setup("chain", 2);
+  setup.options.stragglers.assign(2, {});
+  consensus::StragglerSpec early = straggler(consensus::StragglerKind::Constant, 20ms, 0ms);
+  early.toRound = 19;
+  consensus::StragglerSpec later = straggler(consensus::StragglerKind::Constant, 5ms, 0ms);
+  later.fromRound = 10;
+  setup.options.stragglers[0] = {early, later};
+  // Node 0 paces both: rounds 0-9 take 30 ms, 10-19 35 ms (both models),
+  // then 15 ms: round 20 + j starts at 650 + 15 j <= 1005, so it is in 43.
+  // Node 1 is one round ahead: its gradient is done 10 ms into the round and
+  // node 0's estimate was in at the start (as in the four-node case below).
+  const auto result = setup.run();
+  CHECK(result.nodeRounds == std::vector<std::int64_t>{43, 44});
+}
+
 TEST_CASE(
     "four nodes, one three times slower: all waits for it, static b = 1 stops at the lead bound") {
   Setup setup("ring", 4);
   setup.options.stragglers.assign(4, {});
-  setup.options.stragglers[0] = straggler(consensus::StragglerKind::Constant, 20ms, 0ms);
+  setup.options.stragglers[0] = {straggler(consensus::StragglerKind::Constant, 20ms, 0ms)};
   // all: node 0 starts round k at 30k ms (33 at 990 ms). A node h hops away
   // can be h rounds ahead: nodes 1 and 3 started round 34 and wait for node
   // 0's estimate of it; node 2 finished 34 with theirs and waits in 35.
@@ -139,8 +155,8 @@ TEST_CASE("two slow neighbours side by side do not pace the whole ring") {
   // fast nodes, which run at nearly their own pace (100 rounds).
   Setup setup("ring", 6);
   setup.options.stragglers.assign(6, {});
-  setup.options.stragglers[0] = straggler(consensus::StragglerKind::Constant, 20ms, 0ms);
-  setup.options.stragglers[1] = straggler(consensus::StragglerKind::Constant, 20ms, 0ms);
+  setup.options.stragglers[0] = {straggler(consensus::StragglerKind::Constant, 20ms, 0ms)};
+  setup.options.stragglers[1] = {straggler(consensus::StragglerKind::Constant, 20ms, 0ms)};
   setup.options.engine.policy.kind = PolicyKind::Static;
   setup.options.engine.policy.backups = 1;
   setup.options.engine.maxLead = 5;

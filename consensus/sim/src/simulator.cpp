@@ -33,7 +33,7 @@ struct Event {
 struct Node {
   std::unique_ptr<Engine> engine;
   data::MinibatchSampler sampler;
-  std::optional<consensus::Straggler> straggler;
+  std::vector<consensus::Straggler> stragglers;
   Vector gradient;
   double loss = 0;  // of the gradient in flight
   data::GradientStats stats;
@@ -58,18 +58,21 @@ class Simulation {
                                          options.momentum, initial, Time{}),
                 data::MinibatchSampler(shares[i].size(), options.engine.batchSize,
                                        options.seed * 7919u + i),
-                std::nullopt,
+                {},
                 Vector(initial.size()),
                 0,
                 {},
                 0,
                 false,
                 std::nullopt};
-      if (i < options.stragglers.size() &&
-          options.stragglers[i].kind != consensus::StragglerKind::None) {
-        consensus::StragglerSpec spec = options.stragglers[i];
-        spec.seed = spec.seed * 1000003u + options.seed * 7919u + i;  // distinct draws per node
-        node.straggler.emplace(spec);
+      if (i < options.stragglers.size()) {
+        for (std::size_t k = 0; k < options.stragglers[i].size(); ++k) {
+          consensus::StragglerSpec spec = options.stragglers[i][k];
+          if (spec.kind == consensus::StragglerKind::None) continue;
+          // Distinct draws per node and per model (the first as before stacking).
+          spec.seed = (spec.seed * 1000003u + options.seed * 7919u + i) ^ (k * 0x9E3779B97F4A7C15u);
+          node.stragglers.emplace_back(spec);
+        }
       }
       nodes_.push_back(std::move(node));
     }
@@ -159,7 +162,8 @@ class Simulation {
           node.lossSeen ? node.lossEwma + 0.05 * (node.loss - node.lossEwma) : node.loss;
       node.lossSeen = true;
       Duration compute = options_.compute;
-      if (node.straggler) compute += node.straggler->extraDelay(start->round, options_.compute);
+      for (consensus::Straggler& straggler : node.stragglers)
+        compute += straggler.extraDelay(start->round, options_.compute);
       push(now + compute, EventKind::Gradient, i, 0, start->round);
     }
     if (auto wake = engine.nextWakeup(now); wake && (!node.wake || *wake < *node.wake)) {

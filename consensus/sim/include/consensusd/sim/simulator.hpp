@@ -38,10 +38,12 @@ struct SimOptions {
   data::Schedule schedule;
   double momentum = 0.0;
   data::ModelOptions model;
-  std::uint64_t initSeed = 1;                        // the same initial parameters on every node
-  std::uint64_t seed = 1;                            // minibatch order and straggler draws
-  Duration compute{std::chrono::milliseconds(10)};   // one gradient, virtual
-  std::vector<consensus::StragglerSpec> stragglers;  // per node; empty: none
+  std::uint64_t initSeed = 1;                       // the same initial parameters on every node
+  std::uint64_t seed = 1;                           // minibatch order and straggler draws
+  Duration compute{std::chrono::milliseconds(10)};  // one gradient, virtual
+  // Per node, the straggler models whose delays add up (each only in its own
+  // from_round..to_round window, so a node can switch regime); empty: none.
+  std::vector<std::vector<consensus::StragglerSpec>> stragglers;
   LinkModel link;
   std::vector<Attacker> attackers;
   Duration sampleEvery{std::chrono::milliseconds(500)};
