@@ -85,6 +85,7 @@ consensus::PolicySpec policySpec(const NodeConfig& config) {
   spec.quantile = config.consensus.quantile;
   spec.pullTerm = config.consensus.dynamicPull;
   spec.noiseTerm = config.consensus.dynamicNoise;
+  spec.heterogeneityTerm = config.consensus.dynamicHeterogeneity;
   return spec;
 }
 

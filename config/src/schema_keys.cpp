@@ -261,6 +261,10 @@ std::vector<Key> makeKeys() {
       flag("consensus.dynamic_noise", CONSENSUSD_FIELD(consensus.dynamicNoise),
            "dynamic: count DBW's minibatch-noise term (sum of squared mixing weights) in the "
            "gain; off by default (consensus/README.md)."),
+      flag("consensus.dynamic_heterogeneity", CONSENSUSD_FIELD(consensus.dynamicHeterogeneity),
+           "dynamic: leave out of the descent term the part of the gradient the neighbours "
+           "pull back every round (data that differ between nodes); off by default "
+           "(docs/experiments.md)."),
 
       choice("straggler.kind", CONSENSUSD_FIELD(straggler.kind),
              {"none", "constant", "exponential", "shifted-exponential", "pareto", "bimodal"},

@@ -36,6 +36,7 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
   gradient_.resize(params_.size());
   previousParams_.resize(params_.size());
   previousGradient_.resize(params_.size());
+  meanPull_.setZero(params_.size());
 }
 
 template <class Scalar>
@@ -340,6 +341,15 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     fusedMix(params_.data(), record.selfWeight, inputs, mixed_.data(), dimension);
   }
   record.consensusDistance = static_cast<double>((params_ - mixed_).norm());
+  if (options_.policy.kind == PolicyKind::Dynamic && options_.policy.heterogeneityTerm) {
+    // The mean mixing displacement, for the heterogeneity (one more pass,
+    // only when the dynamic policy counts it).
+    const double weight = gradients_.pullWeight();
+    meanPull_ += static_cast<Scalar>(weight) * ((mixed_ - params_) - meanPull_);
+    gradients_.recordPull(static_cast<double>(meanPull_.squaredNorm()),
+                          record.consensusDistance * record.consensusDistance,
+                          schedule_.at(round_));
+  }
 
   // Curvature along the path for L (only the dynamic policy reads it: two
   // passes over the parameters saved for the others), then the step.

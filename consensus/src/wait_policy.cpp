@@ -51,14 +51,14 @@ class ArrivalQuantile : public WaitPolicy {
 
 class Dynamic : public WaitPolicy {
  public:
-  Dynamic(std::int64_t warmupRounds, bool pullTerm, bool noiseTerm)
-      : warmupRounds_(warmupRounds), pullTerm_(pullTerm), noiseTerm_(noiseTerm) {}
+  Dynamic(std::int64_t warmupRounds, const PolicySpec& spec)
+      : warmupRounds_(warmupRounds), spec_(spec) {}
   WaitDecision decide(const PolicyContext& context) override {
     if (context.round < warmupRounds_ || context.arrivals->size() < 2 ||
         context.gradients->samples() < 2) {
       return {context.maxCount, std::nullopt};
     }
-    const std::vector<DynamicScore> scores = dynamicScores(context, pullTerm_, noiseTerm_);
+    const std::vector<DynamicScore> scores = dynamicScores(context, spec_);
     // Of equal scores, the most neighbours whose arrivals cost no time beyond
     // our own compute (m ascends); not those the lead-bound floor alone ties:
     // waiting for them slows this node, which holds its neighbours at their
@@ -75,14 +75,12 @@ class Dynamic : public WaitPolicy {
 
  private:
   std::int64_t warmupRounds_;
-  bool pullTerm_;
-  bool noiseTerm_;
+  PolicySpec spec_;
 };
 
 }  // namespace
 
-std::vector<DynamicScore> dynamicScores(const PolicyContext& context, bool pullTerm,
-                                        bool noiseTerm) {
+std::vector<DynamicScore> dynamicScores(const PolicyContext& context, const PolicySpec& spec) {
   // Live neighbours; their order does not matter, since every one is weighed
   // by its chance of being in by each cut-off.
   std::vector<const NeighborView*> order;
@@ -94,7 +92,12 @@ std::vector<DynamicScore> dynamicScores(const PolicyContext& context, bool pullT
   for (const NeighborView* neighbor : order) liveSlots.push_back(neighbor->slot);
 
   const double eta = context.learningRate;
-  const double gradNormSq = context.gradients->gradNormSq();
+  // With the heterogeneity term (opt-in), descent counts only the part of the
+  // gradient that moves the network: what the neighbours pull back every
+  // round is the node's data differing from theirs (zero for i.i.d. data;
+  // most of ||g||^2 with skewed labels).
+  const double gradNormSq = spec.heterogeneityTerm ? context.gradients->progressNormSq()
+                                                   : context.gradients->gradNormSq();
   const double noise = context.gradients->variance() /
                        static_cast<double>(std::max<std::size_t>(context.batchSize, 1));
   const double smoothness = context.gradients->smoothness();
@@ -121,8 +124,8 @@ std::vector<DynamicScore> dynamicScores(const PolicyContext& context, bool pullT
     // average is off by default: in gossip every node's gradient noise
     // reaches the network average with weight 1/N whatever m is.
     const double gain = eta * gradNormSq * (1.0 - smoothness * eta / 2.0) -
-                        (noiseTerm ? smoothness * eta * eta / 2.0 * noise * s2 : 0.0) +
-                        (pullTerm ? smoothness / 2.0 * pull : 0.0);
+                        (spec.noiseTerm ? smoothness * eta * eta / 2.0 * noise * s2 : 0.0) +
+                        (spec.pullTerm ? smoothness / 2.0 * pull : 0.0);
     const Duration wait = forecast.roundTime[std::min(m, liveSlots.size())];
     const Duration expected = std::max(wait, context.leadFloor);
     const double seconds = std::max(std::chrono::duration<double>(expected).count(), 1e-9);
@@ -143,7 +146,7 @@ std::unique_ptr<WaitPolicy> makePolicy(const PolicySpec& spec, std::int64_t warm
     case PolicyKind::Quantile:
       return std::make_unique<ArrivalQuantile>(spec.quantile);
     case PolicyKind::Dynamic:
-      return std::make_unique<Dynamic>(warmupRounds, spec.pullTerm, spec.noiseTerm);
+      return std::make_unique<Dynamic>(warmupRounds, spec);
   }
   return std::make_unique<WaitForAll>();
 }

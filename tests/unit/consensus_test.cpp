@@ -547,6 +547,35 @@ TEST_CASE("forecast: every neighbour in by the cut-off is mixed, not only the m 
   CHECK(forecast.inTime[0] == std::vector<double>{0.0, 0.0, 0.0});
 }
 
+TEST_CASE("heterogeneity: the pull the neighbours exert every round, not its noise") {
+  // Mixing displacements d = c + noise (20 coordinates, sd 0.1 each), fed the
+  // way the engine does; eta = 0.1, so ||c||^2 / eta^2 is the heterogeneity.
+  const auto measure = [](double pull) {
+    GradientEstimator gradients(50, 1);
+    gradients.record(4.0, 0.0);  // ||grad F||^2 = 4
+    std::mt19937_64 rng(3);
+    std::normal_distribution<double> normal(0.0, 0.1);
+    Eigen::VectorXd mean = Eigen::VectorXd::Zero(20);
+    for (int k = 0; k < 400; ++k) {
+      Eigen::VectorXd d = Eigen::VectorXd::Constant(20, pull);
+      for (auto& v : d) v += normal(rng);
+      mean += gradients.pullWeight() * (d - mean);
+      gradients.recordPull(mean.squaredNorm(), d.squaredNorm(), 0.1);
+    }
+    return gradients;
+  };
+  // c = 0.0447 per coordinate: ||c||^2 = 0.04, heterogeneity 4 = all of ||grad F||^2.
+  const GradientEstimator skewed = measure(0.0447);
+  CHECK(skewed.heterogeneity() == doctest::Approx(4.0).epsilon(0.25));
+  CHECK(skewed.progressNormSq() <= 1.0);   // most of the gradient is pulled back
+  CHECK(skewed.progressNormSq() >= 0.04);  // never below 1% of it
+  // No persistent pull: the raw ||M||^2 (about 0.2 / 50 of noise, 0.4 / eta^2)
+  // is taken out, and the descent keeps nearly all of ||grad F||^2.
+  const GradientEstimator iid = measure(0.0);
+  CHECK(iid.heterogeneity() < 0.2);
+  CHECK(iid.progressNormSq() > 3.8);
+}
+
 TEST_CASE("dynamic: a tie that only the lead-bound floor makes keeps the fewest neighbours") {
   // Neighbour j arrives at j ms, our gradient at 0.5 ms: E[T(m)] = m ms.
   ArrivalHistory arrivals(4, 50, milliseconds(1000));

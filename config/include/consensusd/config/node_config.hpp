@@ -67,6 +67,7 @@ struct NodeConfig {
     bool roundSkipping = true;
     bool dynamicPull = true;
     bool dynamicNoise = false;
+    bool dynamicHeterogeneity = false;
     std::int64_t skipAhead = 2;
     std::int64_t mailboxDepth = 4;
     double peerTimeoutMs = 3000.0;

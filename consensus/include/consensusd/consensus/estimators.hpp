@@ -83,6 +83,11 @@ class GradientEstimator {
   // and ||x_k - x_{k-1}||^2.
   void record(double gradNormSq, double sampleVariance);
   void recordStep(double curvature, double stepNormSq);
+  // One round's mixing displacement d = x_mixed - x_k: the caller keeps the
+  // vector EWMA M += pullWeight() * (d - M) and passes ||M||^2, ||d||^2 and
+  // the learning rate.
+  double pullWeight() const;
+  void recordPull(double meanNormSq, double normSq, double eta);
 
   std::size_t samples() const { return samples_; }
   // ||grad F||^2 = E||g||^2 - sigma^2 / B, floored at a tiny positive value.
@@ -90,6 +95,13 @@ class GradientEstimator {
   double variance() const { return variance_; }
   // L = sum curvature / sum ||dx||^2 over the window (noise averages out).
   double smoothness() const;
+  // ||E[d]||^2 / eta^2, the EWMA's own noise taken out: the part of the
+  // gradient the neighbours pull back every round, ||grad F_i - grad F||^2
+  // when the node's data differ from theirs, zero when they do not.
+  double heterogeneity() const;
+  // ||grad F||^2 less the heterogeneity: what a step moves the network by
+  // (at least 1% of ||grad F||^2).
+  double progressNormSq() const;
 
  private:
   double alpha_;
@@ -101,6 +113,11 @@ class GradientEstimator {
   std::deque<std::pair<double, double>> steps_;
   double curvatureSum_ = 0.0;
   double stepSum_ = 0.0;
+  std::size_t pulls_ = 0;
+  double pullMeanSq_ = 0.0;     // ||M||^2
+  double pullSq_ = 0.0;         // EWMA of ||d||^2
+  double pullWeightsSq_ = 0.0;  // sum of the squared EWMA weights in M: its noise share
+  double pullEta_ = 1.0;
 };
 
 }  // namespace consensusd::consensus

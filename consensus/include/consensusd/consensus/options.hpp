@@ -39,6 +39,10 @@ struct PolicySpec {
   double quantile = 0.5;                            // quantile: q
   bool pullTerm = true;    // dynamic: the consensus pull counts in the gain
   bool noiseTerm = false;  // dynamic: DBW's minibatch-noise term S2(m) (off: consensus/README.md)
+  // dynamic: the descent leaves out the part of the gradient the neighbours
+  // pull back every round (the node's data differing from theirs); off by
+  // default: docs/experiments.md, "Skewed labels under mild delays"
+  bool heterogeneityTerm = false;
 };
 
 struct EngineOptions {

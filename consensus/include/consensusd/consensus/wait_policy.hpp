@@ -56,7 +56,7 @@ struct DynamicScore {
   double waitS;          // E[T(m)] before the floor
   double rho;
 };
-std::vector<DynamicScore> dynamicScores(const PolicyContext& context, bool pullTerm = true,
-                                        bool noiseTerm = false);
+// The terms counted are the spec's (pullTerm, noiseTerm, heterogeneityTerm).
+std::vector<DynamicScore> dynamicScores(const PolicyContext& context, const PolicySpec& spec = {});
 
 }  // namespace consensusd::consensus
