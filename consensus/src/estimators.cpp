@@ -14,6 +14,12 @@ Duration quantileOf(std::vector<Duration> values, double q) {
   return values[at];
 }
 
+// The EWMA weight of sample n (from 1): the first samples get equal weight so
+// the start is not biased to zero.
+double ewmaWeight(double alpha, std::size_t n) {
+  return std::max(alpha, 1.0 / static_cast<double>(n));
+}
+
 }  // namespace
 
 ArrivalHistory::ArrivalHistory(std::size_t neighbors, std::size_t window, Duration cap)
@@ -103,8 +109,7 @@ GradientEstimator::GradientEstimator(std::size_t window, std::size_t batchSize)
       window_(std::max<std::size_t>(window, 1)) {}
 
 void GradientEstimator::record(double gradNormSq, double sampleVariance) {
-  // The first samples get equal weight so the start is not biased to zero.
-  const double weight = std::max(alpha_, 1.0 / static_cast<double>(++samples_));
+  const double weight = ewmaWeight(alpha_, ++samples_);
   normSq_ += weight * (gradNormSq - normSq_);
   variance_ += weight * (sampleVariance - variance_);
 }
@@ -131,7 +136,7 @@ double GradientEstimator::smoothness() const {
 }
 
 double GradientEstimator::pullWeight() const {
-  return std::max(alpha_, 1.0 / static_cast<double>(pulls_ + 1));
+  return ewmaWeight(alpha_, pulls_ + 1);
 }
 
 void GradientEstimator::recordPull(double meanNormSq, double normSq, double eta) {

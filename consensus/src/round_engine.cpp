@@ -36,7 +36,6 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
   gradient_.resize(params_.size());
   previousParams_.resize(params_.size());
   previousGradient_.resize(params_.size());
-  meanPull_.setZero(params_.size());
 }
 
 template <class Scalar>
@@ -343,7 +342,8 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   record.consensusDistance = static_cast<double>((params_ - mixed_).norm());
   if (options_.policy.kind == PolicyKind::Dynamic && options_.policy.heterogeneityTerm) {
     // The mean mixing displacement, for the heterogeneity (one more pass,
-    // only when the dynamic policy counts it).
+    // only when the dynamic policy counts it; allocated on first use).
+    if (meanPull_.size() != params_.size()) meanPull_.setZero(params_.size());
     const double weight = gradients_.pullWeight();
     meanPull_ += static_cast<Scalar>(weight) * ((mixed_ - params_) - meanPull_);
     gradients_.recordPull(static_cast<double>(meanPull_.squaredNorm()),
