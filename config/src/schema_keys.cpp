@@ -227,8 +227,11 @@ std::vector<Key> makeKeys() {
               "Upper bound on m; 0 = the node's degree."),
       choice("consensus.mix_round", CONSENSUSD_FIELD(consensus.mixRound), {"newest", "same"},
              "Which estimate of a neighbour counts for round k."),
-      choice("consensus.mix", CONSENSUSD_FIELD(consensus.mix), {"absorb", "symmetric"},
-             "Missing neighbours' weight goes to self, or only mutually used edges count."),
+      choice("consensus.mix", CONSENSUSD_FIELD(consensus.mix),
+             {"absorb", "renormalize", "symmetric"},
+             "Missing neighbours' weight goes to self, or is shared by self and the "
+             "neighbours that answered (uniform weights: their plain average), or only "
+             "mutually used edges count."),
       choice("consensus.robust", CONSENSUSD_FIELD(consensus.robust),
              {"none", "clip", "trimmed-mean"},
              "Against a neighbour sending garbage: clip each neighbour's difference to "

@@ -135,26 +135,13 @@ double GradientEstimator::smoothness() const {
   return std::max(curvatureSum_ / stepSum_, 0.0);
 }
 
-double GradientEstimator::pullWeight() const {
-  return ewmaWeight(alpha_, pulls_ + 1);
-}
-
-void GradientEstimator::recordPull(double meanNormSq, double normSq, double eta) {
-  const double weight = pullWeight();
-  ++pulls_;
-  pullMeanSq_ = meanNormSq;
-  pullSq_ += weight * (normSq - pullSq_);
-  pullWeightsSq_ = (1.0 - weight) * (1.0 - weight) * pullWeightsSq_ + weight * weight;
-  pullEta_ = eta;
+void GradientEstimator::recordPull(double pullDotGradient, double eta) {
+  if (eta <= 0) return;
+  pullDot_ += ewmaWeight(alpha_, ++pulls_) * (pullDotGradient / eta - pullDot_);
 }
 
 double GradientEstimator::heterogeneity() const {
-  // E||M||^2 = ||E d||^2 + q Var(d) with q the sum of squared weights, and
-  // E||d||^2 = ||E d||^2 + Var(d): solve for ||E d||^2.
-  if (pulls_ < 2 || pullEta_ <= 0) return 0.0;
-  const double q = pullWeightsSq_;
-  const double mean = (pullMeanSq_ - q * pullSq_) / (1.0 - q);
-  return std::max(mean, 0.0) / (pullEta_ * pullEta_);
+  return pulls_ < 2 ? 0.0 : std::max(pullDot_, 0.0);
 }
 
 double GradientEstimator::progressNormSq() const {

@@ -15,6 +15,14 @@ double absorbSelfWeight(const std::vector<MixInput>& inputs) {
   return std::max(0.0, 1.0 - sum);
 }
 
+void renormalizeWeights(std::vector<MixInput>& inputs, double neighborWeight) {
+  double present = 0;
+  for (const MixInput& input : inputs) present += input.weight;
+  const double self = std::max(0.0, 1.0 - neighborWeight);
+  if (present <= 0 || self + present <= 0) return;
+  for (MixInput& input : inputs) input.weight /= self + present;
+}
+
 template <class Scalar>
 void fusedMix(const Scalar* self, double selfWeight, const std::vector<MixInput>& inputs,
               Scalar* out, std::size_t dimension) {

@@ -10,6 +10,7 @@ std::optional<MixRound> parseMixRound(const std::string& text) {
 
 std::optional<MixMode> parseMixMode(const std::string& text) {
   if (text == "absorb") return MixMode::Absorb;
+  if (text == "renormalize") return MixMode::Renormalize;
   if (text == "symmetric") return MixMode::Symmetric;
   return std::nullopt;
 }

@@ -243,7 +243,7 @@ std::optional<RoundRecord> RoundEngine<Scalar>::tryFinish(Time now) {
   if (phase_ == Phase::Running) {
     const std::optional<CutoffReason> reason = cutoffReached(now);
     if (!reason) return std::nullopt;
-    if (options_.mixMode == MixMode::Absorb) return finish(now, *reason);
+    if (options_.mixMode != MixMode::Symmetric) return finish(now, *reason);
     // Symmetric: tell every neighbour whether we used it, then wait for theirs.
     phase_ = Phase::Deciding;
     decidedReason_ = reason;
@@ -334,6 +334,11 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     record.selfWeight = 1.0 / static_cast<double>(inputs.size() + 1);  // nominal: unweighted
     trimmedMean(params_.data(), inputs, options_.trim, mixed_.data(), dimension);
   } else {
+    if (options_.mixMode == MixMode::Renormalize) {
+      double neighborWeight = 0;
+      for (const Slot& slot : slots_) neighborWeight += slot.weight;
+      renormalizeWeights(inputs, neighborWeight);
+    }
     if (options_.robust == Robust::Clip)
       clipWeights(params_.data(), inputs, options_.clipRadius, dimension);
     record.selfWeight = absorbSelfWeight(inputs);
@@ -341,13 +346,9 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   }
   record.consensusDistance = static_cast<double>((params_ - mixed_).norm());
   if (options_.policy.kind == PolicyKind::Dynamic && options_.policy.heterogeneityTerm) {
-    // The mean mixing displacement, for the heterogeneity (one more pass,
-    // only when the dynamic policy counts it; allocated on first use).
-    if (meanPull_.size() != params_.size()) meanPull_.setZero(params_.size());
-    const double weight = gradients_.pullWeight();
-    meanPull_ += static_cast<Scalar>(weight) * ((mixed_ - params_) - meanPull_);
-    gradients_.recordPull(static_cast<double>(meanPull_.squaredNorm()),
-                          record.consensusDistance * record.consensusDistance,
+    // The pull against this round's gradient, for the heterogeneity (one
+    // more pass, only when the dynamic policy counts it).
+    gradients_.recordPull(static_cast<double>((mixed_ - params_).dot(gradient_)),
                           schedule_.at(round_));
   }
 

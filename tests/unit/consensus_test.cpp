@@ -266,6 +266,30 @@ TEST_CASE("mixing weights: non-negative and summing to 1 for every responder set
   }
 }
 
+TEST_CASE("renormalize: with uniform weights, the plain average of self and those in") {
+  for (const std::vector<double>& values :
+       std::vector<std::vector<double>>{{1.0}, {1.0, 3.0}, {1.0, 3.0, 5.0, 7.0}}) {
+    CAPTURE(values.size());
+    EngineOptions options = withPolicy(PolicyKind::Static);
+    options.policy.backups = static_cast<std::int64_t>(4 - values.size());
+    options.mixMode = MixMode::Renormalize;
+    Hub hub(options);
+    double sum = 0;
+    for (std::size_t k = 0; k < values.size(); ++k) {
+      hub.send(k + 1, 0, values[k], ms(0));
+      sum += values[k];
+    }
+    REQUIRE(hub.engine.tryStart(ms(0)));
+    hub.gradient(ms(0));
+    const auto record = hub.engine.tryFinish(ms(0));
+    REQUIRE(record);
+    // Own estimate 0 and the k in, each at 1 / (k + 1) (all four in: the topology's 1/5).
+    const double share = 1.0 / static_cast<double>(values.size() + 1);
+    CHECK(record->selfWeight == doctest::Approx(share));
+    CHECK(hub.engine.params()[0] == doctest::Approx(share * sum));
+  }
+}
+
 TEST_CASE("the fused mix computes the weighted sum in one pass") {
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;
@@ -547,33 +571,40 @@ TEST_CASE("forecast: every neighbour in by the cut-off is mixed, not only the m 
   CHECK(forecast.inTime[0] == std::vector<double>{0.0, 0.0, 0.0});
 }
 
-TEST_CASE("heterogeneity: the pull the neighbours exert every round, not its noise") {
-  // Mixing displacements d = c + noise (20 coordinates, sd 0.1 each), fed the
-  // way the engine does; eta = 0.1, so ||c||^2 / eta^2 is the heterogeneity.
-  const auto measure = [](double pull) {
+TEST_CASE("heterogeneity: the pull back along the node's own gradient, not its noise or a lag") {
+  // Gradients g = c + noise (20 coordinates, ||c||^2 = 4, sd 0.1 each) and
+  // mixing displacements d = eta * lag * c + noise (sd 0.01), fed as the
+  // engine does: d . g with eta = 0.1.
+  const auto measure = [](double lag) {
     GradientEstimator gradients(50, 1);
     gradients.record(4.0, 0.0);  // ||grad F||^2 = 4
     std::mt19937_64 rng(3);
-    std::normal_distribution<double> normal(0.0, 0.1);
-    Eigen::VectorXd mean = Eigen::VectorXd::Zero(20);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    const Eigen::VectorXd c = Eigen::VectorXd::Constant(20, std::sqrt(0.2));
     for (int k = 0; k < 400; ++k) {
-      Eigen::VectorXd d = Eigen::VectorXd::Constant(20, pull);
-      for (auto& v : d) v += normal(rng);
-      mean += gradients.pullWeight() * (d - mean);
-      gradients.recordPull(mean.squaredNorm(), d.squaredNorm(), 0.1);
+      Eigen::VectorXd g = c;
+      Eigen::VectorXd d = 0.1 * lag * c;
+      for (Eigen::Index i = 0; i < 20; ++i) {
+        g[i] += 0.1 * normal(rng);
+        d[i] += 0.01 * normal(rng);
+      }
+      gradients.recordPull(d.dot(g), 0.1);
     }
     return gradients;
   };
-  // c = 0.0447 per coordinate: ||c||^2 = 0.04, heterogeneity 4 = all of ||grad F||^2.
-  const GradientEstimator skewed = measure(0.0447);
-  CHECK(skewed.heterogeneity() == doctest::Approx(4.0).epsilon(0.25));
-  CHECK(skewed.progressNormSq() <= 1.0);   // most of the gradient is pulled back
+  // Skewed data: the neighbours pull back the whole step (d = eta c).
+  const GradientEstimator skewed = measure(1.0);
+  CHECK(skewed.heterogeneity() == doctest::Approx(4.0).epsilon(0.1));
+  CHECK(skewed.progressNormSq() <= 0.4);   // most of the gradient is pulled back
   CHECK(skewed.progressNormSq() >= 0.04);  // never below 1% of it
-  // No persistent pull: the raw ||M||^2 (about 0.2 / 50 of noise, 0.4 / eta^2)
-  // is taken out, and the descent keeps nearly all of ||grad F||^2.
+  // Neighbours three steps ahead on the same data pull along -g: not heterogeneity.
+  const GradientEstimator ahead = measure(-3.0);
+  CHECK(ahead.heterogeneity() == 0.0);
+  CHECK(ahead.progressNormSq() == doctest::Approx(4.0));
+  // Only noise: close to zero.
   const GradientEstimator iid = measure(0.0);
-  CHECK(iid.heterogeneity() < 0.2);
-  CHECK(iid.progressNormSq() > 3.8);
+  CHECK(iid.heterogeneity() < 0.1);
+  CHECK(iid.progressNormSq() > 3.9);
 }
 
 TEST_CASE("dynamic: a tie that only the lead-bound floor makes keeps the fewest neighbours") {

@@ -83,11 +83,10 @@ class GradientEstimator {
   // and ||x_k - x_{k-1}||^2.
   void record(double gradNormSq, double sampleVariance);
   void recordStep(double curvature, double stepNormSq);
-  // One round's mixing displacement d = x_mixed - x_k: the caller keeps the
-  // vector EWMA M += pullWeight() * (d - M) and passes ||M||^2, ||d||^2 and
-  // the learning rate.
-  double pullWeight() const;
-  void recordPull(double meanNormSq, double normSq, double eta);
+  // One round's mixing displacement d = x_mixed - x_k against the same
+  // round's minibatch gradient g_k (taken at x_k: its noise is independent
+  // of d), as d . g_k, and the learning rate.
+  void recordPull(double pullDotGradient, double eta);
 
   std::size_t samples() const { return samples_; }
   // ||grad F||^2 = E||g||^2 - sigma^2 / B, floored at a tiny positive value.
@@ -95,12 +94,13 @@ class GradientEstimator {
   double variance() const { return variance_; }
   // L = sum curvature / sum ||dx||^2 over the window (noise averages out).
   double smoothness() const;
-  // ||E[d]||^2 / eta^2, the EWMA's own noise taken out: the part of the
-  // gradient the neighbours pull back every round, ||grad F_i - grad F||^2
-  // when the node's data differ from theirs, zero when they do not.
+  // E[d . g] / eta, floored at 0: how much of the local gradient the
+  // neighbours pull back every round. With a data bias h (grad F_i =
+  // grad F + h) the steady pull is eta h, so this is h . grad F_i; a
+  // neighbour ahead on the same data pulls along -g instead, which counts 0.
   double heterogeneity() const;
-  // ||grad F||^2 less the heterogeneity: what a step moves the network by
-  // (at least 1% of ||grad F||^2).
+  // ||grad F_i||^2 less the heterogeneity, = grad F . grad F_i: what a step
+  // moves the network by (at least 1% of ||grad F_i||^2).
   double progressNormSq() const;
 
  private:
@@ -114,10 +114,7 @@ class GradientEstimator {
   double curvatureSum_ = 0.0;
   double stepSum_ = 0.0;
   std::size_t pulls_ = 0;
-  double pullMeanSq_ = 0.0;     // ||M||^2
-  double pullSq_ = 0.0;         // EWMA of ||d||^2
-  double pullWeightsSq_ = 0.0;  // sum of the squared EWMA weights in M: its noise share
-  double pullEta_ = 1.0;
+  double pullDot_ = 0.0;  // EWMA of d . g / eta
 };
 
 }  // namespace consensusd::consensus

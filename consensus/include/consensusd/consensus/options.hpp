@@ -20,7 +20,7 @@ inline Duration fromMilliseconds(double ms) {
 }
 
 enum class MixRound { Newest, Same };
-enum class MixMode { Absorb, Symmetric };
+enum class MixMode { Absorb, Renormalize, Symmetric };
 // Robust mixing against a neighbour that sends garbage (opt-in): clip each
 // neighbour's difference to a radius, or a coordinate-wise trimmed mean.
 enum class Robust { None, Clip, TrimmedMean };

@@ -173,7 +173,6 @@ class RoundEngine {
   data::GradientStats stats_;
   Vector previousParams_;
   Vector previousGradient_;
-  Vector meanPull_;  // EWMA of x_mixed - x_k (dynamic, heterogeneity term; empty until used)
   bool havePrevious_ = false;
   double previousEta_ = 0.0;
   double previousVariance_ = 0.0;
