@@ -15,12 +15,11 @@ double absorbSelfWeight(const std::vector<MixInput>& inputs) {
   return std::max(0.0, 1.0 - sum);
 }
 
-void renormalizeWeights(std::vector<MixInput>& inputs, double neighborWeight) {
+void renormalizeWeights(std::vector<MixInput>& inputs, double selfWeight) {
   double present = 0;
   for (const MixInput& input : inputs) present += input.weight;
-  const double self = std::max(0.0, 1.0 - neighborWeight);
-  if (present <= 0 || self + present <= 0) return;
-  for (MixInput& input : inputs) input.weight /= self + present;
+  if (present <= 0 || selfWeight + present <= 0) return;
+  for (MixInput& input : inputs) input.weight /= selfWeight + present;
 }
 
 template <class Scalar>

@@ -21,6 +21,7 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
       round_(firstRound),
       params_(std::move(initial)) {
   const auto dimension = static_cast<std::size_t>(params_.size());
+  double neighborWeight = 0;
   for (const topology::Neighbor& neighbor : topology.inNeighbors(self)) {
     slots_.push_back({neighbor.index,
                       neighbor.weight,
@@ -30,7 +31,9 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
                       -1,
                       {},
                       {}});
+    neighborWeight += neighbor.weight;
   }
+  topologySelfWeight_ = std::max(0.0, 1.0 - neighborWeight);
   // Five buffers of one size, rotated by swaps each round: no allocation, no copy.
   mixed_.resize(params_.size());
   gradient_.resize(params_.size());
@@ -99,6 +102,7 @@ PolicyContext RoundEngine<Scalar>::policyContext(Time now) {
   context.neighbors = &views_;
   context.arrivals = &arrivals_;
   context.gradients = &gradients_;
+  if (options_.mixMode == MixMode::Renormalize) context.renormalizeSelf = topologySelfWeight_;
   context.leadFloor =
       arrivals_.meanBlocked() > Duration::zero() ? arrivals_.meanCycle() : Duration::zero();
   return context;
@@ -334,11 +338,7 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     record.selfWeight = 1.0 / static_cast<double>(inputs.size() + 1);  // nominal: unweighted
     trimmedMean(params_.data(), inputs, options_.trim, mixed_.data(), dimension);
   } else {
-    if (options_.mixMode == MixMode::Renormalize) {
-      double neighborWeight = 0;
-      for (const Slot& slot : slots_) neighborWeight += slot.weight;
-      renormalizeWeights(inputs, neighborWeight);
-    }
+    if (options_.mixMode == MixMode::Renormalize) renormalizeWeights(inputs, topologySelfWeight_);
     if (options_.robust == Robust::Clip)
       clipWeights(params_.data(), inputs, options_.clipRadius, dimension);
     record.selfWeight = absorbSelfWeight(inputs);

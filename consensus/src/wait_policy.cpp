@@ -116,6 +116,13 @@ std::vector<DynamicScore> dynamicScores(const PolicyContext& context, const Poli
       squares += weight * order[k]->weight;
       if (order[k]->distanceSq >= 0) pull += weight * order[k]->distanceSq;
     }
+    if (context.renormalizeSelf >= 0 && context.renormalizeSelf + used > 0) {
+      // Priced at the weights the mix will apply: self and those in scaled to 1.
+      const double scale = 1.0 / (context.renormalizeSelf + used);
+      used *= scale;
+      squares *= scale * scale;
+      pull *= scale;
+    }
     const double self = std::max(0.0, 1.0 - used);
     const double s2 = self * self + squares;
     // Descent of one SGD step, plus the pull toward the neighbours

@@ -607,23 +607,37 @@ TEST_CASE("heterogeneity: the pull back along the node's own gradient, not its n
   CHECK(iid.progressNormSq() > 3.9);
 }
 
-TEST_CASE("dynamic: a tie that only the lead-bound floor makes keeps the fewest neighbours") {
-  // Neighbour j arrives at j ms, our gradient at 0.5 ms: E[T(m)] = m ms.
-  ArrivalHistory arrivals(4, 50, milliseconds(1000));
-  for (std::int64_t r = 0; r < 20; ++r)
-    recordArrivals(arrivals, r, ms(0.5), {ms(1), ms(2), ms(3), ms(4)});
-  GradientEstimator gradients(50, 1);
-  for (int k = 0; k < 5; ++k) gradients.record(10.0, 0.0);
+// Four neighbours of weight 0.2 (self 0.2), neighbour j in at j ms, our
+// gradient at 0.5 ms: E[T(m)] = m ms. Each at squared distance `distanceSq`
+// (-1: unknown); L = 2 when `curvature`.
+struct StaircaseContext {
+  ArrivalHistory arrivals{4, 50, milliseconds(1000)};
+  GradientEstimator gradients{50, 1};
   std::vector<NeighborView> neighbors;
-  for (std::size_t j = 0; j < 4; ++j) neighbors.push_back({j, 0.2, true, -1.0});
   PolicyContext context;
-  context.round = 100;
-  context.degree = context.live = context.maxCount = 4;
-  context.minCount = 1;
-  context.learningRate = 0.05;
-  context.neighbors = &neighbors;
-  context.arrivals = &arrivals;
-  context.gradients = &gradients;
+
+  StaircaseContext(const StaircaseContext&) = delete;  // the context points into it
+  StaircaseContext(double distanceSq, bool curvature) {
+    for (std::int64_t r = 0; r < 20; ++r)
+      recordArrivals(arrivals, r, ms(0.5), {ms(1), ms(2), ms(3), ms(4)});
+    for (int k = 0; k < 5; ++k) {
+      gradients.record(10.0, 0.0);
+      if (curvature) gradients.recordStep(2.0, 1.0);
+    }
+    for (std::size_t j = 0; j < 4; ++j) neighbors.push_back({j, 0.2, true, distanceSq});
+    context.round = 100;
+    context.degree = context.live = context.maxCount = 4;
+    context.minCount = 1;
+    context.learningRate = 0.05;
+    context.neighbors = &neighbors;
+    context.arrivals = &arrivals;
+    context.gradients = &gradients;
+  }
+};
+
+TEST_CASE("dynamic: a tie that only the lead-bound floor makes keeps the fewest neighbours") {
+  StaircaseContext staircase(-1.0, false);
+  PolicyContext& context = staircase.context;
   const auto policy = makePolicy(PolicySpec{}, 0);
   CHECK(policy->decide(context).count == 1);  // the gain is the same, m = 1 is quickest
   // Held by the lead bound to 10 ms a round: every m costs the same 10 ms,
@@ -633,6 +647,20 @@ TEST_CASE("dynamic: a tie that only the lead-bound floor makes keeps the fewest 
   REQUIRE(scores.size() == 4);
   CHECK(scores.front().rho == scores.back().rho);
   CHECK(policy->decide(context).count == 1);
+}
+
+TEST_CASE("dynamic: with renormalize, a neighbour is priced at the weight the mix gives it") {
+  StaircaseContext staircase(1.0, true);
+  PolicyContext& context = staircase.context;
+  // The pull term L/2 sum w ||x_j - x_i||^2 for m = 1 and m = 4: absorb gives
+  // the one in 0.2 (pull 0.2 against 0.8), renormalize 0.5 (0.5 against 0.8).
+  const std::vector<DynamicScore> absorb = dynamicScores(context);
+  context.renormalizeSelf = 0.2;
+  const std::vector<DynamicScore> renormalize = dynamicScores(context);
+  REQUIRE(absorb.size() == 4);
+  REQUIRE(renormalize.size() == 4);
+  CHECK(renormalize[0].gain - absorb[0].gain == doctest::Approx(0.3));
+  CHECK(renormalize[3].gain == doctest::Approx(absorb[3].gain));
 }
 
 TEST_CASE("dynamic: when more neighbours cost no time, it waits for all of them") {

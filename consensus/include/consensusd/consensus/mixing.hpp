@@ -17,11 +17,11 @@ struct MixInput {
 // Self weight of the absorb rule for the given neighbour weights.
 double absorbSelfWeight(const std::vector<MixInput>& inputs);
 
-// "renormalize": the self weight (1 - `neighborWeight`, the topology's) and
-// the weights of the neighbours that answered, scaled to sum to 1: a missing
-// neighbour's weight is shared by self and those in, in proportion (with
-// uniform weights, the plain average of self and those in).
-void renormalizeWeights(std::vector<MixInput>& inputs, double neighborWeight);
+// "renormalize": the topology's self weight and the weights of the
+// neighbours that answered, scaled to sum to 1: a missing neighbour's weight
+// is shared by self and those in, in proportion (with uniform weights, the
+// plain average of self and those in).
+void renormalizeWeights(std::vector<MixInput>& inputs, double selfWeight);
 
 // out = selfWeight * self + sum_k w_k x_k in one cache-blocked pass (the
 // memory traffic of one read of each input and one write), `out` may alias

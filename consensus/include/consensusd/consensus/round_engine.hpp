@@ -150,6 +150,7 @@ class RoundEngine {
   std::unique_ptr<WaitPolicy> policy_;
   std::optional<PolicySpec> pendingPolicy_;
   std::vector<Slot> slots_;
+  double topologySelfWeight_ = 1.0;  // 1 - the neighbours' weights
   ArrivalHistory arrivals_;
   GradientEstimator gradients_;
   data::Sgd<Scalar> sgd_;

@@ -33,6 +33,9 @@ struct PolicyContext {
   const GradientEstimator* gradients = nullptr;
   Duration leadFloor{};  // the lead bound keeps rounds at least this long (0: not binding)
   Time now{};            // the round start being decided
+  // mix = renormalize: the topology's self weight, with which those in share
+  // a missing neighbour's weight (negative: absorb, self keeps it).
+  double renormalizeSelf = -1.0;
 };
 
 struct WaitDecision {
