@@ -18,8 +18,12 @@ double absorbSelfWeight(const std::vector<MixInput>& inputs) {
 void renormalizeWeights(std::vector<MixInput>& inputs, double selfWeight) {
   double present = 0;
   for (const MixInput& input : inputs) present += input.weight;
-  if (present <= 0 || selfWeight + present <= 0) return;
-  for (MixInput& input : inputs) input.weight /= selfWeight + present;
+  const double scale = renormalizeScale(selfWeight, present);
+  for (MixInput& input : inputs) input.weight *= scale;
+}
+
+double renormalizeScale(double selfWeight, double present) {
+  return present <= 0 || selfWeight + present <= 0 ? 1.0 : 1.0 / (selfWeight + present);
 }
 
 template <class Scalar>

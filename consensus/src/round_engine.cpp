@@ -19,9 +19,9 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
       gradients_(options.windowRounds, options.batchSize),
       sgd_(static_cast<std::size_t>(initial.size()), momentum),
       round_(firstRound),
-      params_(std::move(initial)) {
+      params_(std::move(initial)),
+      topologySelfWeight_(topology.selfWeight(self)) {
   const auto dimension = static_cast<std::size_t>(params_.size());
-  double neighborWeight = 0;
   for (const topology::Neighbor& neighbor : topology.inNeighbors(self)) {
     slots_.push_back({neighbor.index,
                       neighbor.weight,
@@ -31,9 +31,7 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
                       -1,
                       {},
                       {}});
-    neighborWeight += neighbor.weight;
   }
-  topologySelfWeight_ = std::max(0.0, 1.0 - neighborWeight);
   // Five buffers of one size, rotated by swaps each round: no allocation, no copy.
   mixed_.resize(params_.size());
   gradient_.resize(params_.size());

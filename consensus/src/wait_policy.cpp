@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "consensusd/consensus/mixing.hpp"
+
 namespace consensusd::consensus {
 namespace {
 
@@ -116,9 +118,9 @@ std::vector<DynamicScore> dynamicScores(const PolicyContext& context, const Poli
       squares += weight * order[k]->weight;
       if (order[k]->distanceSq >= 0) pull += weight * order[k]->distanceSq;
     }
-    if (context.renormalizeSelf >= 0 && context.renormalizeSelf + used > 0) {
+    if (context.renormalizeSelf >= 0) {
       // Priced at the weights the mix will apply: self and those in scaled to 1.
-      const double scale = 1.0 / (context.renormalizeSelf + used);
+      const double scale = renormalizeScale(context.renormalizeSelf, used);
       used *= scale;
       squares *= scale * scale;
       pull *= scale;

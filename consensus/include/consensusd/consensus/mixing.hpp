@@ -22,6 +22,9 @@ double absorbSelfWeight(const std::vector<MixInput>& inputs);
 // is shared by self and those in, in proportion (with uniform weights, the
 // plain average of self and those in).
 void renormalizeWeights(std::vector<MixInput>& inputs, double selfWeight);
+// The factor it scales by when the neighbours in weigh `present` in all
+// (1 when nothing is in).
+double renormalizeScale(double selfWeight, double present);
 
 // out = selfWeight * self + sum_k w_k x_k in one cache-blocked pass (the
 // memory traffic of one read of each input and one write), `out` may alias

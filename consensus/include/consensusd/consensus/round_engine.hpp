@@ -150,7 +150,6 @@ class RoundEngine {
   std::unique_ptr<WaitPolicy> policy_;
   std::optional<PolicySpec> pendingPolicy_;
   std::vector<Slot> slots_;
-  double topologySelfWeight_ = 1.0;  // 1 - the neighbours' weights
   ArrivalHistory arrivals_;
   GradientEstimator gradients_;
   data::Sgd<Scalar> sgd_;
@@ -174,6 +173,7 @@ class RoundEngine {
   data::GradientStats stats_;
   Vector previousParams_;
   Vector previousGradient_;
+  double topologySelfWeight_;  // w_ii: what `renormalize` shares a missing weight with
   bool havePrevious_ = false;
   double previousEta_ = 0.0;
   double previousVariance_ = 0.0;
