@@ -229,9 +229,9 @@ std::vector<Key> makeKeys() {
              "Which estimate of a neighbour counts for round k."),
       choice("consensus.mix", CONSENSUSD_FIELD(consensus.mix),
              {"absorb", "renormalize", "symmetric"},
-             "Missing neighbours' weight goes to self, or is shared by self and the "
-             "neighbours that answered (uniform weights: their plain average), or only "
-             "mutually used edges count."),
+             "A missing neighbour's weight is shared by self and the neighbours that "
+             "answered (renormalize; uniform weights: their plain average), or goes to "
+             "self (absorb, DESIGN.md), or only mutually used edges count (symmetric)."),
       choice("consensus.robust", CONSENSUSD_FIELD(consensus.robust),
              {"none", "clip", "trimmed-mean"},
              "Against a neighbour sending garbage: clip each neighbour's difference to "

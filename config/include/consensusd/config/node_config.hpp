@@ -58,7 +58,7 @@ struct NodeConfig {
     std::int64_t minResponders = 1;
     std::int64_t maxResponders = 0;  // 0: the node's degree
     std::string mixRound = "newest";
-    std::string mix = "absorb";
+    std::string mix = "renormalize";
     std::string robust = "none";
     std::int64_t trim = 1;
     double clipRadius = 0.0;  // 0: the median distance of the round's responders

@@ -1,8 +1,9 @@
 #pragma once
 // The mix of DESIGN.md §2 step 4 over the neighbours that answered:
 // x_hat = (1 - sum_R w_ij) x_i + sum_R w_ij x_j ("absorb": a missing
-// neighbour's weight goes to self). Always a convex combination when the
-// topology's weights are (non-negative rows summing to at most 1).
+// neighbour's weight goes to self), or those weights renormalized (the
+// default). Always a convex combination when the topology's weights are
+// (non-negative rows summing to at most 1).
 
 #include <Eigen/Core>
 #include <vector>

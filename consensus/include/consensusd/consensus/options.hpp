@@ -48,7 +48,7 @@ struct PolicySpec {
 struct EngineOptions {
   PolicySpec policy;
   MixRound mixRound = MixRound::Newest;
-  MixMode mixMode = MixMode::Absorb;
+  MixMode mixMode = MixMode::Renormalize;
   std::int64_t staleness = 0;  // s
   std::int64_t maxLead = 20;
   bool roundSkipping = true;
