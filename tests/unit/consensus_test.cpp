@@ -274,6 +274,7 @@ TEST_CASE("renormalize: with uniform weights, the plain average of self and thos
     CAPTURE(values.size());
     EngineOptions options = withPolicy(PolicyKind::Static);
     options.policy.backups = static_cast<std::int64_t>(4 - values.size());
+    options.mixMode = MixMode::Renormalize;  // the default, named: this test is about it
     Hub hub(options);
     double sum = 0;
     for (std::size_t k = 0; k < values.size(); ++k) {
