@@ -589,6 +589,43 @@ TEST_CASE("forecast: every neighbour in by the cut-off is mixed, not only the m 
   CHECK(forecast.inTime[0] == std::vector<double>{0.0, 0.0, 0.0});
 }
 
+TEST_CASE("forecast: a spike seen once per neighbour prices a wait no round showed yet") {
+  // Four neighbours at 1 ms; each is 100 ms late in one round of 20, never
+  // two in the same round. Whole rounds say that waiting for three costs
+  // 1 ms; by the neighbours' own records two are late together with
+  // P = 1 - 0.95^4 - 4 x 0.05 x 0.95^3. The forecast takes halfway.
+  ArrivalHistory history(4, 20, milliseconds(1000));
+  for (std::int64_t r = 0; r < 20; ++r) {
+    std::vector<Duration> offsets(4, ms(1));
+    if (r % 5 == 0) offsets[static_cast<std::size_t>(r / 5)] = ms(100);
+    recordArrivals(history, r, ms(1), offsets);
+  }
+  const ArrivalHistory::Forecast forecast = history.forecast({0, 1, 2, 3});
+  const double late = 1 - std::pow(0.95, 4) - 4 * 0.05 * std::pow(0.95, 3);
+  const auto millis = [](Duration d) {
+    return std::chrono::duration<double, std::milli>(d).count();
+  };
+  CHECK(millis(forecast.roundTime[3]) == doctest::Approx(1 + late * 99 / 2).epsilon(1e-6));
+  // Waiting for all four: late in 4 rounds of 20, what the rounds show;
+  // independence says less (1 - 0.95^4), so it does not count.
+  CHECK(millis(forecast.roundTime[4]) == doctest::Approx(1 + 0.2 * 99).epsilon(1e-6));
+}
+
+TEST_CASE("forecast: neighbours late together are priced between whole rounds and independence") {
+  // Both neighbours are 50 ms late in the same rounds, half of them. Whole
+  // rounds: 26 ms for one or both. Independent neighbours: both late in a
+  // quarter of the rounds (14 ms for one: earlier, not taken), one late in
+  // three quarters (38 ms for both: halfway, 32 ms).
+  ArrivalHistory history(2, 10, milliseconds(1000));
+  for (std::int64_t r = 0; r < 10; ++r) {
+    const Duration offset = ms(r % 2 == 0 ? 50 : 2);
+    recordArrivals(history, r, ms(1), {offset, offset});
+  }
+  const ArrivalHistory::Forecast forecast = history.forecast({0, 1});
+  CHECK(forecast.roundTime[1] == ms(26));
+  CHECK(forecast.roundTime[2] == ms(32));
+}
+
 TEST_CASE("heterogeneity: the pull back along the node's own gradient, not its noise or a lag") {
   // Gradients g = c + noise (20 coordinates, ||c||^2 = 4, sd 0.1 each) and
   // mixing displacements d = eta * lag * c + noise (sd 0.01), fed as the

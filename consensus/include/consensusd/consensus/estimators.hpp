@@ -8,7 +8,10 @@
 // completed. For E[T(m)] one still missing counts as arriving at the time of
 // the decision, at most at the hard deadline; the quantiles count it at the
 // hard deadline. E[T(m)] is the bootstrap mean over the recorded rounds of
-// max(C, A_(m)) (whole rounds, so correlation between neighbours is kept).
+// max(C, A_(m)) (whole rounds, so correlation between neighbours is kept),
+// moved halfway toward the same mean for independent neighbours drawn from
+// their own records when that is later: delays that never fell in one
+// round together still count.
 //
 // GradientEstimator smooths ||grad F||^2, sigma^2 and the smoothness L over
 // about a window of rounds: one minibatch is mostly noise (DESIGN.md §3).
