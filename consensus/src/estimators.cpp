@@ -23,40 +23,31 @@ double ewmaWeight(double alpha, std::size_t n) {
 // E[max(C, A_(m))] for m = 0..n if the neighbours' offsets were independent,
 // each drawn from its own recorded ones: P(max <= t) = P(C <= t) P(at least m
 // of the n are in by t), integrated over t between the recorded values.
-std::vector<double> independentRoundTimes(const std::vector<double>& compute,
-                                          std::vector<std::vector<double>> offsets) {
-  const std::size_t n = offsets.size();
-  const double rounds = static_cast<double>(compute.size());
-  std::vector<double> times = compute;
-  for (std::vector<double>& slot : offsets) {
-    std::sort(slot.begin(), slot.end());
-    times.insert(times.end(), slot.begin(), slot.end());
-  }
-  std::sort(times.begin(), times.end());
-  times.erase(std::unique(times.begin(), times.end()), times.end());
-  std::vector<double> sortedCompute = compute;
-  std::sort(sortedCompute.begin(), sortedCompute.end());
-  const auto shareBy = [rounds](const std::vector<double>& sorted, double t) {
-    return static_cast<double>(std::upper_bound(sorted.begin(), sorted.end(), t) - sorted.begin()) /
-           rounds;
-  };
-  std::vector<double> expected(n + 1, times.empty() ? 0.0 : times.front());
+// `samples` holds (value, source): source n is C, k < n neighbour k.
+std::vector<double> independentRoundTimes(std::size_t n, double rounds,
+                                          std::vector<std::pair<double, std::size_t>> samples) {
+  std::sort(samples.begin(), samples.end());
+  std::vector<double> expected(n + 1, samples.empty() ? 0.0 : samples.front().first);
+  std::vector<std::size_t> inBy(n + 1, 0);  // each source's values <= t
   std::vector<double> exactly(n + 1);
-  for (std::size_t i = 0; i + 1 < times.size(); ++i) {
+  for (std::size_t i = 0; i + 1 < samples.size(); ++i) {
+    ++inBy[samples[i].second];
+    const double width = samples[i + 1].first - samples[i].first;
+    if (width <= 0) continue;
     // How many neighbours are in by t (Poisson-binomial), then P(>= m).
     std::fill(exactly.begin(), exactly.end(), 0.0);
     exactly[0] = 1.0;
     for (std::size_t k = 0; k < n; ++k) {
-      const double in = shareBy(offsets[k], times[i]);
+      const double in = static_cast<double>(inBy[k]) / rounds;
       for (std::size_t j = k + 1; j > 0; --j)
         exactly[j] = exactly[j] * (1.0 - in) + exactly[j - 1] * in;
       exactly[0] *= 1.0 - in;
     }
-    const double computed = shareBy(sortedCompute, times[i]);
+    const double computed = static_cast<double>(inBy[n]) / rounds;
     double atLeast = 0.0;
     for (std::size_t m = n + 1; m-- > 0;) {
       atLeast += exactly[m];
-      expected[m] += (1.0 - computed * std::min(atLeast, 1.0)) * (times[i + 1] - times[i]);
+      expected[m] += (1.0 - computed * std::min(atLeast, 1.0)) * width;
     }
   }
   return expected;
@@ -87,16 +78,16 @@ ArrivalHistory::Forecast ArrivalHistory::forecast(const std::vector<std::size_t>
   Forecast result{{}, std::vector<std::vector<double>>(n + 1, std::vector<double>(n, 0.0))};
   std::vector<Duration> offsets(n);
   std::vector<Duration> sorted(n);
-  std::vector<double> computes;
-  std::vector<std::vector<double>> slotOffsets(n);
+  std::vector<std::pair<double, std::size_t>> samples;
+  samples.reserve(rounds_.size() * (n + 1));
   for (const Round& round : rounds_) {
     // Not in yet: at least as late as the time elapsed since, and at most the cap.
     const Duration pending = std::clamp(now - round.start, Duration::zero(), cap_);
     for (std::size_t k = 0; k < n; ++k)
       offsets[k] = round.censored[slots[k]] ? pending : round.offsets[slots[k]];
-    computes.push_back(static_cast<double>(round.compute.count()));
+    samples.emplace_back(static_cast<double>(round.compute.count()), n);
     for (std::size_t k = 0; k < n; ++k)
-      slotOffsets[k].push_back(static_cast<double>(offsets[k].count()));
+      samples.emplace_back(static_cast<double>(offsets[k].count()), k);
     sorted = offsets;
     std::sort(sorted.begin(), sorted.end());
     for (std::size_t m = 0; m <= n; ++m) {
@@ -106,7 +97,7 @@ ArrivalHistory::Forecast ArrivalHistory::forecast(const std::vector<std::size_t>
     }
   }
   const double count = static_cast<double>(std::max<std::size_t>(rounds_.size(), 1));
-  const std::vector<double> independent = independentRoundTimes(computes, std::move(slotOffsets));
+  const std::vector<double> independent = independentRoundTimes(n, count, std::move(samples));
   for (std::size_t m = 0; m <= n; ++m) {
     // Whole rounds miss joint delays the window did not happen to hold;
     // independence overprices neighbours that arrive together. Where
