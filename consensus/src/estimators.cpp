@@ -24,7 +24,7 @@ double ewmaWeight(double alpha, std::size_t n) {
 // each drawn from its own recorded ones: P(max <= t) = P(C <= t) P(at least m
 // of the n are in by t), integrated over t between the recorded values.
 // `samples` holds (value, source): source n is C, k < n neighbour k.
-std::vector<double> independentRoundTimes(std::size_t n, double rounds,
+std::vector<double> independentRoundTimes(std::size_t n, double roundCount,
                                           std::vector<std::pair<double, std::size_t>> samples) {
   std::sort(samples.begin(), samples.end());
   std::vector<double> expected(n + 1, samples.empty() ? 0.0 : samples.front().first);
@@ -38,12 +38,12 @@ std::vector<double> independentRoundTimes(std::size_t n, double rounds,
     std::fill(exactly.begin(), exactly.end(), 0.0);
     exactly[0] = 1.0;
     for (std::size_t k = 0; k < n; ++k) {
-      const double in = static_cast<double>(inBy[k]) / rounds;
+      const double in = static_cast<double>(inBy[k]) / roundCount;
       for (std::size_t j = k + 1; j > 0; --j)
         exactly[j] = exactly[j] * (1.0 - in) + exactly[j - 1] * in;
       exactly[0] *= 1.0 - in;
     }
-    const double computed = static_cast<double>(inBy[n]) / rounds;
+    const double computed = static_cast<double>(inBy[n]) / roundCount;
     double atLeast = 0.0;
     for (std::size_t m = n + 1; m-- > 0;) {
       atLeast += exactly[m];
@@ -103,9 +103,9 @@ ArrivalHistory::Forecast ArrivalHistory::forecast(const std::vector<std::size_t>
     // independence overprices neighbours that arrive together. Where
     // independence says later, halfway between (docs/experiments.md,
     // "Delays the window has not seen together").
-    const double rounds = totals[m] / count;
+    const double wholeRounds = totals[m] / count;
     result.roundTime.emplace_back(
-        static_cast<Duration::rep>(std::max(rounds, (rounds + independent[m]) / 2)));
+        static_cast<Duration::rep>(std::max(wholeRounds, (wholeRounds + independent[m]) / 2)));
     for (double& share : result.inTime[m]) share /= count;
   }
   return result;
