@@ -20,6 +20,33 @@ double ewmaWeight(double alpha, std::size_t n) {
   return std::max(alpha, 1.0 / static_cast<double>(n));
 }
 
+// The distribution of how many of n independent events happen, exactly[0..n],
+// with one more event of chance p (the last entry must be 0 on entry) ...
+void withChance(std::vector<double>& exactly, std::size_t n, double p) {
+  for (std::size_t j = n; j > 0; --j) exactly[j] = exactly[j] * (1.0 - p) + exactly[j - 1] * p;
+  exactly[0] *= 1.0 - p;
+}
+
+// ... and with one event of chance p taken out (the last entry becomes 0).
+// Dividing by the larger of p and 1 - p keeps rounding errors from growing.
+void withoutChance(std::vector<double>& exactly, std::size_t n, double p) {
+  if (p <= 0.5) {
+    const double scale = 1.0 / (1.0 - p);
+    exactly[0] *= scale;
+    for (std::size_t j = 1; j < n; ++j) exactly[j] = (exactly[j] - p * exactly[j - 1]) * scale;
+  } else {
+    const double scale = 1.0 / p;
+    double below = exactly[n] * scale;  // the new entry n - 1, then n - 2, ...
+    for (std::size_t j = n - 1; j > 0; --j) {
+      const double had = exactly[j];
+      exactly[j] = below;
+      below = (had - (1.0 - p) * below) * scale;
+    }
+    exactly[0] = below;
+  }
+  exactly[n] = 0.0;
+}
+
 // E[max(C, A_(m))] for m = 0..n if the neighbours' offsets were independent,
 // each drawn from its own recorded ones: P(max <= t) = P(C <= t) P(at least m
 // of the n are in by t), integrated over t between the recorded values.
@@ -29,20 +56,22 @@ std::vector<double> independentRoundTimes(std::size_t n, double roundCount,
   std::sort(samples.begin(), samples.end());
   std::vector<double> expected(n + 1, samples.empty() ? 0.0 : samples.front().first);
   std::vector<std::size_t> inBy(n + 1, 0);  // each source's values <= t
-  std::vector<double> exactly(n + 1);
+  // How many neighbours are in by t (Poisson-binomial), kept up to date one
+  // value at a time: dividing out a neighbour's old chance and multiplying in
+  // its new one is O(n), so a window costs O(window n^2), not O(window n^3).
+  std::vector<double> exactly(n + 1, 0.0);
+  exactly[0] = 1.0;
   for (std::size_t i = 0; i + 1 < samples.size(); ++i) {
-    ++inBy[samples[i].second];
+    const std::size_t source = samples[i].second;
+    if (source < n) {
+      const double was = static_cast<double>(inBy[source]) / roundCount;
+      const double now = static_cast<double>(inBy[source] + 1) / roundCount;
+      withoutChance(exactly, n, was);
+      withChance(exactly, n, now);
+    }
+    ++inBy[source];
     const double width = samples[i + 1].first - samples[i].first;
     if (width <= 0) continue;
-    // How many neighbours are in by t (Poisson-binomial), then P(>= m).
-    std::fill(exactly.begin(), exactly.end(), 0.0);
-    exactly[0] = 1.0;
-    for (std::size_t k = 0; k < n; ++k) {
-      const double in = static_cast<double>(inBy[k]) / roundCount;
-      for (std::size_t j = k + 1; j > 0; --j)
-        exactly[j] = exactly[j] * (1.0 - in) + exactly[j - 1] * in;
-      exactly[0] *= 1.0 - in;
-    }
     const double computed = static_cast<double>(inBy[n]) / roundCount;
     double atLeast = 0.0;
     for (std::size_t m = n + 1; m-- > 0;) {

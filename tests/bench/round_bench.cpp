@@ -67,9 +67,16 @@ void engineRound(benchmark::State& state) {
 }
 
 // The dynamic rule's decision alone: context and scores (the neighbour distances
-// are measured as estimates arrive, so they count in engineRound).
+// are measured as estimates arrive, so they count in engineRound), for a node
+// of the given degree whose window holds distinct arrival offsets, as real
+// ones are (the forecast integrates over every distinct value).
 void dynamicDecision(benchmark::State& state) {
-  const auto topology = degreeFour();
+  consensusd::topology::GeneratorOptions graph;
+  graph.kind = "random-regular";
+  graph.nodes = 64;
+  graph.degree = static_cast<std::size_t>(state.range(0));
+  const auto topology =
+      consensusd::topology::Topology::fromSpec(consensusd::topology::generate(graph), "<bench>");
   EngineOptions options;
   options.policy.kind = PolicyKind::Dynamic;
   const consensusd::data::Model<float> model(softmax());
@@ -77,13 +84,18 @@ void dynamicDecision(benchmark::State& state) {
   RoundEngine<float> engine(topology, 0, options, {}, 0.0, Eigen::VectorXf::Zero(dimension),
                             Time{});
   const Eigen::VectorXf neighbour = Eigen::VectorXf::Random(dimension);
+  std::mt19937 rng(1);
+  std::exponential_distribution<double> delayMs(0.2);  // mean 5 ms
+  const auto at = [&](std::int64_t start) {
+    return Time(start + static_cast<std::int64_t>(1e6 * (1.0 + delayMs(rng))));
+  };
   std::int64_t t = 0;
-  for (int k = 0; k < 60; ++k, t += 1'000'000) {  // fill the estimator window
+  for (int k = 0; k < 60; ++k, t += 1'000'000'000) {  // fill the estimator window
     const std::int64_t round = engine.tryStart(Time(t))->round;
     for (const auto& in : topology.inNeighbors(0))
-      engine.onEstimate(in.index, round, neighbour.data(), Time(t + 1000));
-    engine.onGradient(round, neighbour * 1e-3f, 0.5, {1.0, 10.0}, Time(t + 500));
-    engine.tryFinish(Time(t + 2000));
+      engine.onEstimate(in.index, round, neighbour.data(), at(t));
+    engine.onGradient(round, neighbour * 1e-3f, 0.5, {1.0, 10.0}, at(t));
+    engine.tryFinish(Time(t + 500'000'000));
   }
   for (auto _ : state) {
     const auto context = engine.policyContext(Time(t));
@@ -104,7 +116,7 @@ void softmaxGradient(benchmark::State& state) {
 }
 
 BENCHMARK(engineRound)->ArgName("policy")->DenseRange(0, 4);
-BENCHMARK(dynamicDecision);
+BENCHMARK(dynamicDecision)->ArgName("degree")->Arg(4)->Arg(8)->Arg(16)->Arg(32);
 BENCHMARK(softmaxGradient);
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <Eigen/Dense>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -624,6 +625,49 @@ TEST_CASE("forecast: neighbours late together are priced between whole rounds an
   const ArrivalHistory::Forecast forecast = history.forecast({0, 1});
   CHECK(forecast.roundTime[1] == ms(26));
   CHECK(forecast.roundTime[2] == ms(32));
+}
+
+TEST_CASE("forecast: the independent estimate equals every combination of recorded values") {
+  // Three neighbours and the compute, six rounds of distinct random values:
+  // independence is the mean of max(C, A_(m)) over all 6^4 ways of drawing
+  // each from its own record (the sweep updates the count of neighbours in
+  // one value at a time, dividing a chance out: both ways of dividing run).
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> micros(1, 40'000);
+  const auto us = [](int v) { return Duration(std::chrono::microseconds(v)); };
+  ArrivalHistory history(3, 6, milliseconds(1000));
+  std::vector<std::vector<int>> values(4);  // C, then each neighbour
+  for (std::int64_t r = 0; r < 6; ++r) {
+    for (auto& record : values) record.push_back(micros(rng));
+    recordArrivals(history, r, us(values[0].back()),
+                   {us(values[1].back()), us(values[2].back()), us(values[3].back())});
+  }
+  std::vector<double> whole(4, 0.0);
+  std::vector<double> independent(4, 0.0);
+  for (std::size_t r = 0; r < 6; ++r) {
+    std::vector<int> sorted{values[1][r], values[2][r], values[3][r]};
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t m = 0; m <= 3; ++m)
+      whole[m] += std::max(values[0][r], m == 0 ? 0 : sorted[m - 1]) / 6.0;
+  }
+  for (std::size_t c = 0; c < 6; ++c) {
+    for (std::size_t a = 0; a < 6; ++a) {
+      for (std::size_t b = 0; b < 6; ++b) {
+        for (std::size_t d = 0; d < 6; ++d) {
+          std::vector<int> sorted{values[1][a], values[2][b], values[3][d]};
+          std::sort(sorted.begin(), sorted.end());
+          for (std::size_t m = 0; m <= 3; ++m)
+            independent[m] += std::max(values[0][c], m == 0 ? 0 : sorted[m - 1]) / 1296.0;
+        }
+      }
+    }
+  }
+  const ArrivalHistory::Forecast forecast = history.forecast({0, 1, 2});
+  for (std::size_t m = 0; m <= 3; ++m) {
+    const double expected = std::max(whole[m], (whole[m] + independent[m]) / 2);
+    CHECK(std::chrono::duration<double, std::micro>(forecast.roundTime[m]).count() ==
+          doctest::Approx(expected).epsilon(1e-7));  // whole ns
+  }
 }
 
 TEST_CASE("heterogeneity: the pull back along the node's own gradient, not its noise or a lag") {
