@@ -22,12 +22,12 @@ using consensusd::consensus::Time;
 constexpr std::size_t kInputs = 784;
 constexpr std::size_t kClasses = 10;
 
-// Node 0 of a random 4-regular graph of 16 nodes.
-consensusd::topology::Topology degreeFour() {
+// A random regular graph; the benchmarks run its node 0.
+consensusd::topology::Topology randomRegular(std::size_t nodes, std::size_t degree) {
   consensusd::topology::GeneratorOptions graph;
   graph.kind = "random-regular";
-  graph.nodes = 16;
-  graph.degree = 4;
+  graph.nodes = nodes;
+  graph.degree = degree;
   return consensusd::topology::Topology::fromSpec(consensusd::topology::generate(graph), "<bench>");
 }
 
@@ -41,7 +41,7 @@ consensusd::data::ModelOptions softmax() {
 // One round of node 0 of a random 4-regular graph, every neighbour answering.
 void engineRound(benchmark::State& state) {
   const auto policy = static_cast<PolicyKind>(state.range(0));
-  const auto topology = degreeFour();
+  const auto topology = randomRegular(16, 4);
   EngineOptions options;
   options.policy.kind = policy;
   options.warmupRounds = 0;
@@ -71,12 +71,7 @@ void engineRound(benchmark::State& state) {
 // of the given degree whose window holds distinct arrival offsets, as real
 // ones are (the forecast integrates over every distinct value).
 void dynamicDecision(benchmark::State& state) {
-  consensusd::topology::GeneratorOptions graph;
-  graph.kind = "random-regular";
-  graph.nodes = 64;
-  graph.degree = static_cast<std::size_t>(state.range(0));
-  const auto topology =
-      consensusd::topology::Topology::fromSpec(consensusd::topology::generate(graph), "<bench>");
+  const auto topology = randomRegular(64, static_cast<std::size_t>(state.range(0)));
   EngineOptions options;
   options.policy.kind = PolicyKind::Dynamic;
   const consensusd::data::Model<float> model(softmax());
