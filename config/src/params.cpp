@@ -86,6 +86,7 @@ consensus::PolicySpec policySpec(const NodeConfig& config) {
   spec.pullTerm = config.consensus.dynamicPull;
   spec.noiseTerm = config.consensus.dynamicNoise;
   spec.heterogeneityTerm = config.consensus.dynamicHeterogeneity;
+  spec.tieMargin = config.consensus.dynamicTieMargin;
   return spec;
 }
 

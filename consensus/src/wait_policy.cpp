@@ -72,6 +72,21 @@ class Dynamic : public WaitPolicy {
           (score.rho == best->rho && score.waitS <= best->waitS))
         best = &score;
     }
+    // Under mild delays the rates of several m differ by a few percent, less
+    // than the model's error, and the gain undervalues mixing there: take the
+    // most neighbours within the margin. Rates at the node's own pace (not
+    // the floor's), and only once the window is full: a few rounds cannot
+    // show that a wait is cheap when spikes are rare (docs/experiments.md,
+    // "A margin for mixing").
+    if (best != nullptr && context.arrivals->full()) {
+      const auto pace = [](const DynamicScore& score) {
+        return score.gain / std::max(score.waitS, 1e-9);
+      };
+      const double least = (1.0 - spec_.tieMargin) * pace(*best);
+      for (const DynamicScore& score : scores) {
+        if (score.m > best->m && score.gain > 0 && pace(score) >= least) best = &score;
+      }
+    }
     return {best != nullptr ? best->m : context.maxCount, std::nullopt};
   }
 

@@ -706,9 +706,10 @@ TEST_CASE("heterogeneity: the pull back along the node's own gradient, not its n
   CHECK(iid.progressNormSq() > 3.9);
 }
 
-// Four neighbours of weight 0.2 (self 0.2), neighbour j in at j ms, our
-// gradient at 0.5 ms: E[T(m)] = m ms. Each at squared distance `distanceSq`
-// (-1: unknown); L = 2 when `curvature`.
+// Four neighbours of weight 0.2 (self 0.2), neighbour j in at 1 + (j - 1) *
+// `spacing` ms, our gradient at 0.5 ms: E[T(m)] = 1 + (m - 1) * spacing ms,
+// over `rounds` rounds of a 50-round window. Each at squared distance
+// `distanceSq` (-1: unknown); L = 2 when `curvature`.
 struct StaircaseContext {
   ArrivalHistory arrivals{4, 50, milliseconds(1000)};
   GradientEstimator gradients{50, 1};
@@ -716,9 +717,12 @@ struct StaircaseContext {
   PolicyContext context;
 
   StaircaseContext(const StaircaseContext&) = delete;  // the context points into it
-  StaircaseContext(double distanceSq, bool curvature) {
-    for (std::int64_t r = 0; r < 20; ++r)
-      recordArrivals(arrivals, r, ms(0.5), {ms(1), ms(2), ms(3), ms(4)});
+  StaircaseContext(double distanceSq, bool curvature, double spacing = 1.0,
+                   std::int64_t rounds = 50) {
+    for (std::int64_t r = 0; r < rounds; ++r) {
+      recordArrivals(arrivals, r, ms(0.5),
+                     {ms(1), ms(1 + spacing), ms(1 + 2 * spacing), ms(1 + 3 * spacing)});
+    }
     for (int k = 0; k < 5; ++k) {
       gradients.record(10.0, 0.0);
       if (curvature) gradients.recordStep(2.0, 1.0);
@@ -746,6 +750,23 @@ TEST_CASE("dynamic: a tie that only the lead-bound floor makes keeps the fewest 
   REQUIRE(scores.size() == 4);
   CHECK(scores.front().rho == scores.back().rho);
   CHECK(policy->decide(context).count == 1);
+}
+
+TEST_CASE("dynamic: rates within the tie margin go to more neighbours once the window is full") {
+  const auto policy = makePolicy(PolicySpec{}, 0);
+  // All four cost 3% more time than one (the gain is the same): a tie.
+  StaircaseContext close(-1.0, false, 0.01);
+  CHECK(policy->decide(close.context).count == 4);
+  // 20 rounds cannot show that such a wait is cheap: the best rate alone.
+  StaircaseContext young(-1.0, false, 0.01, 20);
+  CHECK(policy->decide(young.context).count == 1);
+  // Two cost 2% more than one, three 4%, four 6%: all but the last are in.
+  StaircaseContext wider(-1.0, false, 0.02);
+  CHECK(policy->decide(wider.context).count == 3);
+  // Without the margin, the best rate alone.
+  PolicySpec strict;
+  strict.tieMargin = 0.0;
+  CHECK(makePolicy(strict, 0)->decide(close.context).count == 1);
 }
 
 TEST_CASE("dynamic: with renormalize, a neighbour is priced at the weight the mix gives it") {

@@ -68,6 +68,7 @@ struct NodeConfig {
     bool dynamicPull = true;
     bool dynamicNoise = false;
     bool dynamicHeterogeneity = false;
+    double dynamicTieMargin = 0.05;
     std::int64_t skipAhead = 2;
     std::int64_t mailboxDepth = 4;
     double peerTimeoutMs = 3000.0;

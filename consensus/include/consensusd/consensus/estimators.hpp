@@ -44,6 +44,7 @@ class ArrivalHistory {
   void observeLate(std::size_t slot, std::int64_t usableUpTo, Time arrival);
 
   std::size_t size() const { return rounds_.size(); }
+  bool full() const { return rounds_.size() >= window_; }
   const std::deque<Round>& rounds() const { return rounds_; }
 
   // E[max(C, A_(m))] over the window as of `now`; A_(0) = 0. An estimate
