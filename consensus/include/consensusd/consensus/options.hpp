@@ -43,10 +43,10 @@ struct PolicySpec {
   // pull back every round (the node's data differing from theirs); off by
   // default: docs/experiments.md, "Skewed labels under mild delays"
   bool heterogeneityTerm = false;
-  // dynamic: once the arrival window is full, counts of neighbours whose
-  // progress per second at the node's own pace is within this fraction of
-  // the best tie, and ties go to more neighbours (docs/experiments.md,
-  // "A margin for mixing")
+  // dynamic: once the arrival window is full, every count of neighbours
+  // whose progress per second at the node's own pace is within this fraction
+  // of the best ties with it, and ties go to more neighbours
+  // (docs/experiments.md, "A margin for mixing")
   double tieMargin = 0.05;
 };
 
