@@ -21,30 +21,33 @@ double ewmaWeight(double alpha, std::size_t n) {
 }
 
 // The distribution of how many of n independent events happen, exactly[0..n],
-// with one more event of chance p (the last entry must be 0 on entry) ...
-void withChance(std::vector<double>& exactly, std::size_t n, double p) {
-  for (std::size_t j = n; j > 0; --j) exactly[j] = exactly[j] * (1.0 - p) + exactly[j - 1] * p;
-  exactly[0] *= 1.0 - p;
-}
-
-// ... and with one event of chance p taken out (the last entry becomes 0).
-// Dividing by the larger of p and 1 - p keeps rounding errors from growing.
-void withoutChance(std::vector<double>& exactly, std::size_t n, double p) {
+// after one event's chance goes from p to q: p taken out (dividing by the
+// larger of p and 1 - p keeps rounding errors from growing), q put in. One
+// pass: each entry of the distribution without the event is used as soon as
+// it is known, so the second step rides on the first's serial recurrence.
+void replaceChance(std::vector<double>& exactly, std::size_t n, double p, double q) {
   if (p <= 0.5) {
+    // Without the event, ascending: r[j] = (e[j] - p r[j-1]) / (1 - p).
     const double scale = 1.0 / (1.0 - p);
-    exactly[0] *= scale;
-    for (std::size_t j = 1; j < n; ++j) exactly[j] = (exactly[j] - p * exactly[j - 1]) * scale;
-  } else {
-    const double scale = 1.0 / p;
-    double below = exactly[n] * scale;  // the new entry n - 1, then n - 2, ...
-    for (std::size_t j = n - 1; j > 0; --j) {
-      const double had = exactly[j];
-      exactly[j] = below;
-      below = (had - (1.0 - p) * below) * scale;
+    double previous = exactly[0] * scale;  // r[j - 1]
+    exactly[0] = previous * (1.0 - q);
+    for (std::size_t j = 1; j < n; ++j) {
+      const double without = (exactly[j] - p * previous) * scale;
+      exactly[j] = without * (1.0 - q) + previous * q;
+      previous = without;
     }
-    exactly[0] = below;
+    exactly[n] = previous * q;  // r[n] = 0
+  } else {
+    // Descending: r[n] = 0, r[j] = (e[j + 1] - (1 - p) r[j + 1]) / p.
+    const double scale = 1.0 / p;
+    double above = 0.0;  // r[j + 1]
+    for (std::size_t j = n; j-- > 0;) {
+      const double without = (exactly[j + 1] - (1.0 - p) * above) * scale;
+      exactly[j + 1] = above * (1.0 - q) + without * q;
+      above = without;
+    }
+    exactly[0] = above * (1.0 - q);
   }
-  exactly[n] = 0.0;
 }
 
 // E[max(C, A_(m))] for m = 0..n if the neighbours' offsets were independent,
@@ -66,8 +69,7 @@ std::vector<double> independentRoundTimes(std::size_t n, double roundCount,
     if (source < n) {
       const double was = static_cast<double>(inBy[source]) / roundCount;
       const double now = static_cast<double>(inBy[source] + 1) / roundCount;
-      withoutChance(exactly, n, was);
-      withChance(exactly, n, now);
+      replaceChance(exactly, n, was, now);
     }
     ++inBy[source];
     const double width = samples[i + 1].first - samples[i].first;
@@ -122,8 +124,20 @@ ArrivalHistory::Forecast ArrivalHistory::forecast(const std::vector<std::size_t>
     for (std::size_t m = 0; m <= n; ++m) {
       const Duration cutoff = m == 0 ? round.compute : std::max(round.compute, sorted[m - 1]);
       totals[m] += static_cast<double>(cutoff.count());
-      for (std::size_t k = 0; k < n; ++k) result.inTime[m][k] += offsets[k] <= cutoff ? 1.0 : 0.0;
     }
+    // Neighbour k is in from the first cut-off at or after its offset on
+    // (the cut-offs only grow with m): counted there, summed over m below.
+    for (std::size_t k = 0; k < n; ++k) {
+      std::size_t first = 0;  // in by our own compute
+      if (offsets[k] > round.compute)
+        first =
+            1 + static_cast<std::size_t>(
+                    std::lower_bound(sorted.begin(), sorted.end(), offsets[k]) - sorted.begin());
+      result.inTime[first][k] += 1.0;
+    }
+  }
+  for (std::size_t m = 1; m <= n; ++m) {
+    for (std::size_t k = 0; k < n; ++k) result.inTime[m][k] += result.inTime[m - 1][k];
   }
   const double count = static_cast<double>(std::max<std::size_t>(rounds_.size(), 1));
   const std::vector<double> independent = independentRoundTimes(n, count, std::move(samples));

@@ -644,11 +644,15 @@ TEST_CASE("forecast: the independent estimate equals every combination of record
   }
   std::vector<double> whole(4, 0.0);
   std::vector<double> independent(4, 0.0);
+  std::vector<std::vector<double>> inTime(4, std::vector<double>(3, 0.0));
   for (std::size_t r = 0; r < 6; ++r) {
     std::vector<int> sorted{values[1][r], values[2][r], values[3][r]};
     std::sort(sorted.begin(), sorted.end());
-    for (std::size_t m = 0; m <= 3; ++m)
-      whole[m] += std::max(values[0][r], m == 0 ? 0 : sorted[m - 1]) / 6.0;
+    for (std::size_t m = 0; m <= 3; ++m) {
+      const int cutoff = std::max(values[0][r], m == 0 ? 0 : sorted[m - 1]);
+      whole[m] += cutoff / 6.0;
+      for (std::size_t k = 0; k < 3; ++k) inTime[m][k] += values[k + 1][r] <= cutoff ? 1 : 0;
+    }
   }
   for (std::size_t c = 0; c < 6; ++c) {
     for (std::size_t a = 0; a < 6; ++a) {
@@ -667,6 +671,7 @@ TEST_CASE("forecast: the independent estimate equals every combination of record
     const double expected = std::max(whole[m], (whole[m] + independent[m]) / 2);
     CHECK(std::chrono::duration<double, std::micro>(forecast.roundTime[m]).count() ==
           doctest::Approx(expected).epsilon(1e-7));  // whole ns
+    for (std::size_t k = 0; k < 3; ++k) CHECK(forecast.inTime[m][k] == inTime[m][k] / 6.0);
   }
 }
 
