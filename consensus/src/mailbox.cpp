@@ -59,6 +59,13 @@ void Mailbox<Scalar>::discardBefore(std::int64_t round) {
   }
 }
 
+template <class Scalar>
+void Mailbox<Scalar>::discardAfter(std::int64_t round) {
+  for (Entry& slot : slots_) {
+    if (slot.round > round) slot.round = -1;
+  }
+}
+
 template class Mailbox<float>;
 template class Mailbox<double>;
 

@@ -1,10 +1,39 @@
 #include "consensusd/consensus/round_engine.hpp"
 
 #include <algorithm>
+#include <deque>
+#include <limits>
 
 #include "consensusd/consensus/mixing.hpp"
 
 namespace consensusd::consensus {
+namespace {
+
+constexpr std::int64_t kMaxRound = std::numeric_limits<std::int64_t>::max();
+
+// a + b for b >= 0, saturating: a round from the wire may be anything.
+std::int64_t addSaturating(std::int64_t a, std::int64_t b) {
+  return a > kMaxRound - b ? kMaxRound : a + b;
+}
+
+// Directed hops from `from` to every node (messages flow along out-edges).
+std::vector<std::int64_t> hopsFrom(const topology::Topology& topology, std::size_t from) {
+  std::vector<std::int64_t> hops(topology.size(), -1);
+  std::deque<std::size_t> queue{from};
+  hops[from] = 0;
+  while (!queue.empty()) {
+    const std::size_t at = queue.front();
+    queue.pop_front();
+    for (const topology::Neighbor& next : topology.outNeighbors(at)) {
+      if (hops[next.index] >= 0) continue;
+      hops[next.index] = hops[at] + 1;
+      queue.push_back(next.index);
+    }
+  }
+  return hops;
+}
+
+}  // namespace
 
 template <class Scalar>
 RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t self,
@@ -22,13 +51,23 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
       params_(std::move(initial)),
       topologySelfWeight_(topology.selfWeight(self)) {
   const auto dimension = static_cast<std::size_t>(params_.size());
+  const std::vector<std::int64_t> hops = hopsFrom(topology, self);
   for (const topology::Neighbor& neighbor : topology.inNeighbors(self)) {
+    // A neighbour that hears us (in h hops) runs at most max_lead rounds
+    // ahead of each node on the way: lead bound and skip target both stop there.
+    const std::int64_t h =
+        hops[neighbor.index] > 0 ? hops[neighbor.index] : std::int64_t(topology.size());
+    std::int64_t reach = addSaturating(0, options_.skipAhead + 1);
+    for (std::int64_t k = 0; k < h; ++k) reach = addSaturating(reach, options_.maxLead);
     slots_.push_back({neighbor.index,
                       neighbor.weight,
                       Mailbox<Scalar>(options_.mailboxDepth, dimension),
                       now,
                       -1,
                       -1,
+                      {},
+                      {},
+                      reach,
                       {},
                       {}});
   }
@@ -50,6 +89,48 @@ std::optional<std::size_t> RoundEngine<Scalar>::slotOf(std::size_t node) const {
 template <class Scalar>
 bool RoundEngine<Scalar>::suspect(std::size_t slot, Time now) const {
   return now - slots_[slot].lastHeard >= options_.peerTimeout;
+}
+
+template <class Scalar>
+std::int64_t RoundEngine<Scalar>::horizon(std::size_t slot) const {
+  return addSaturating(round_, slots_[slot].reach);
+}
+
+template <class Scalar>
+bool RoundEngine<Scalar>::plausibleRound(Slot& slot, std::int64_t round, Time now) {
+  if (round < 0) return false;
+  const std::int64_t limit = addSaturating(round_, slot.reach);
+  if (round <= limit) {
+    slot.aheadSince.reset();
+    // Back in reach: what was believed beyond it (a liar's claim while the
+    // real sender was away) stops counting now that the sender speaks.
+    if (slot.newestRound > limit) {
+      slot.mailbox.discardAfter(limit);
+      const auto* newest = slot.mailbox.newest();
+      slot.newestRound = newest != nullptr ? newest->round : -1;
+    }
+    return true;
+  }
+  if (!slot.aheadSince || now - *slot.aheadSince > options_.peerTimeout) {
+    slot.aheadSince = now;  // a new run (an old run without a message since is over)
+    return false;
+  }
+  return now - *slot.aheadSince >= options_.peerTimeout / 2;
+}
+
+template <class Scalar>
+void RoundEngine<Scalar>::heard(Slot& slot, Time now) {
+  if (now - slot.lastHeard < options_.peerTimeout) {
+    slot.lastHeard = now;
+    return;
+  }
+  if (slot.revivalStart && now > *slot.revivalStart &&
+      now - *slot.revivalStart < options_.peerTimeout) {
+    slot.lastHeard = now;
+    slot.revivalStart.reset();
+    return;
+  }
+  slot.revivalStart = now;
 }
 
 template <class Scalar>
@@ -112,7 +193,7 @@ std::optional<typename RoundEngine<Scalar>::Start> RoundEngine<Scalar>::tryStart
   // Lead bound (stale-synchronous): never more than max_lead rounds ahead of
   // any live neighbour's newest round; suspects do not hold us back.
   for (std::size_t s = 0; s < slots_.size(); ++s) {
-    if (!suspect(s, now) && round_ > slots_[s].newestRound + options_.maxLead) {
+    if (!suspect(s, now) && round_ > addSaturating(slots_[s].newestRound, options_.maxLead)) {
       if (!blockedSince_) blockedSince_ = now;
       return std::nullopt;
     }
@@ -139,14 +220,17 @@ Receipt RoundEngine<Scalar>::onEstimate(std::size_t node, std::int64_t round, co
   const std::optional<std::size_t> index = slotOf(node);
   if (!index) return Receipt::NotNeighbor;
   Slot& slot = slots_[*index];
-  slot.lastHeard = now;
+  if (!plausibleRound(slot, round, now)) return Receipt::Implausible;
+  heard(slot, now);
   slot.newestRound = std::max(slot.newestRound, round);
   const Receipt receipt = slot.mailbox.store(round, values, now, oldestUseful());
   if (receipt == Receipt::Stored || receipt == Receipt::Stale) {
     // Too old to mix or not, it completes the record of the rounds it was due
     // in: a neighbour a round behind is late, not absent.
     arrivals_.observeLate(
-        *index, options_.mixRound == MixRound::Newest ? round + options_.staleness : round, now);
+        *index,
+        options_.mixRound == MixRound::Newest ? addSaturating(round, options_.staleness) : round,
+        now);
     // Measured on arrival: by the next round start the estimate is mixed
     // and gone, and a neighbour not yet in is the one whose distance the
     // dynamic rule weighs against the wait (consensus pull term).
@@ -169,6 +253,7 @@ Receipt RoundEngine<Scalar>::onEstimate(std::size_t node, std::int64_t round, co
       ++slot.counters.superseded;
       break;
     case Receipt::NotNeighbor:
+    case Receipt::Implausible:
       break;
   }
   return receipt;
@@ -186,23 +271,30 @@ void RoundEngine<Scalar>::onGradient(std::int64_t round, const Eigen::Ref<const 
 }
 
 template <class Scalar>
-void RoundEngine<Scalar>::onDecision(std::size_t node, std::int64_t round, bool usedMine,
-                                     Time now) {
+Receipt RoundEngine<Scalar>::onDecision(std::size_t node, std::int64_t round, bool usedMine,
+                                        Time now) {
   const std::optional<std::size_t> index = slotOf(node);
-  if (!index || round < round_) return;
+  if (!index) return Receipt::NotNeighbor;
   Slot& slot = slots_[*index];
-  slot.lastHeard = now;
+  // The sender's round: the same horizon, but no run (decisions come after estimates).
+  if (round < 0 || round > addSaturating(round_, slot.reach)) return Receipt::Implausible;
+  if (round < round_) return Receipt::Stale;
+  heard(slot, now);
   slot.decisions[round] = usedMine;
   while (slot.decisions.size() > options_.mailboxDepth + 1)
     slot.decisions.erase(slot.decisions.begin());
+  return Receipt::Stored;
 }
 
 template <class Scalar>
-void RoundEngine<Scalar>::onKeepAlive(std::size_t node, std::int64_t round, Time now) {
-  if (const std::optional<std::size_t> index = slotOf(node)) {
-    slots_[*index].lastHeard = now;
-    slots_[*index].newestRound = std::max(slots_[*index].newestRound, round);
-  }
+Receipt RoundEngine<Scalar>::onKeepAlive(std::size_t node, std::int64_t round, Time now) {
+  const std::optional<std::size_t> index = slotOf(node);
+  if (!index) return Receipt::NotNeighbor;
+  Slot& slot = slots_[*index];
+  if (!plausibleRound(slot, round, now)) return Receipt::Implausible;
+  heard(slot, now);
+  slot.newestRound = std::max(slot.newestRound, round);
+  return Receipt::Stored;
 }
 
 template <class Scalar>
@@ -232,10 +324,10 @@ std::optional<std::int64_t> RoundEngine<Scalar>::skipTarget(Time now) const {
   // The median (of an even count: halfway between the middle two), so that a
   // node with as many slow neighbours as fast ones still moves toward the fast
   // ones; never past the slowest neighbour's lead bound, where it would only wait.
-  const std::int64_t median = rounds.size() % 2 == 1
-                                  ? rounds[half]
-                                  : rounds[half - 1] + (rounds[half] - rounds[half - 1] + 1) / 2;
-  const std::int64_t target = std::min(median, rounds.front() + options_.maxLead);
+  const std::int64_t gap = rounds.size() % 2 == 1 ? 0 : rounds[half] - rounds[half - 1];
+  const std::int64_t median =
+      rounds.size() % 2 == 1 ? rounds[half] : rounds[half - 1] + gap / 2 + gap % 2;
+  const std::int64_t target = std::min(median, addSaturating(rounds.front(), options_.maxLead));
   if (target - round_ > options_.skipAhead) return target;
   return std::nullopt;
 }

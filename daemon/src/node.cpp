@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <random>
 #include <set>
 #include <thread>
 #include <zmq.hpp>
@@ -235,6 +236,14 @@ class Runner {
     expect_ = {topology_.hash(), dimension_, dtype()};
   }
 
+  // 64 random bits: a routing id nobody can claim before us (a restart, or
+  // a reconnect after an outage, never meets a stale connection's id).
+  static std::string randomHex() {
+    std::random_device device;
+    const std::uint64_t bits = (std::uint64_t{device()} << 32) | device();
+    return fmt::format("{:016x}", bits);
+  }
+
   static wire::Dtype dtype() {
     return sizeof(Scalar) == 8 ? wire::Dtype::Float64 : wire::Dtype::Float32;
   }
@@ -245,7 +254,11 @@ class Runner {
     router_ = zmq::socket_t(context_, zmq::socket_type::router);
     router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(maxMessage));
     router_.set(zmq::sockopt::rcvhwm, 64);
-    router_.set(zmq::sockopt::router_handover, 1);
+    // A second connection with a live connection's routing id is refused
+    // (handover would drop the live one, and libzmq 4.3.4 can assert under
+    // repeated handovers); our DEALERs' ids carry a random part, so only a
+    // copy of a live id clashes. docs/protocol.md, "Identities".
+    router_.set(zmq::sockopt::router_handover, 0);
     router_.set(zmq::sockopt::linger, 0);
     router_.set(zmq::sockopt::heartbeat_ivl, 1000);
     router_.set(zmq::sockopt::heartbeat_timeout, 5000);
@@ -274,9 +287,11 @@ class Runner {
     } catch (const zmq::error_t& e) {
       throw std::runtime_error("cannot bind " + bindAt + ": " + e.what());
     }
+    const std::string routingId = cfg_.node.id + "/" + randomHex();
+    spdlog::info("sending as routing id {}", routingId);
     for (const topology::Neighbor& out : topology_.outNeighbors(self_)) {
       zmq::socket_t dealer(context_, zmq::socket_type::dealer);
-      dealer.set(zmq::sockopt::routing_id, cfg_.node.id);
+      dealer.set(zmq::sockopt::routing_id, routingId);
       dealer.set(zmq::sockopt::sndhwm, 8);
       dealer.set(zmq::sockopt::immediate, 1);
       dealer.set(zmq::sockopt::linger, 200);
@@ -291,6 +306,7 @@ class Runner {
     }
     for (const topology::Neighbor& in : topology_.inNeighbors(self_)) {
       peerIndex_[topology_.node(in.index).id] = in.index;
+      peerBySender_[static_cast<std::uint32_t>(in.index)] = in.index;
       peerRejects_[in.index] = 0;
     }
   }
@@ -468,6 +484,27 @@ class Runner {
     }
   }
 
+  struct Identity {
+    std::string name;  // for the log
+    std::optional<std::size_t> peer;
+    bool foreignId = false;  // CURVE: the routing id names another node than the key
+  };
+  // Who sent a message. With CURVE the peer is who its key says (the ZAP
+  // User-Id), and the routing id must not name anybody else. Without, the
+  // routing id ("n1/<random>", see openSockets) names the neighbour. When
+  // libzmq refuses a connection's duplicate id it later takes the first data
+  // frame as the id: a routing id of a header's size then names nobody, and
+  // the header's sender is checked instead (a later reconnect is not lost).
+  Identity identify(const std::vector<zmq::message_t>& frames) const {
+    const std::string routingId = frames[0].to_string();
+    const std::string named = routingId.substr(0, routingId.rfind('/'));
+    Identity who{(zap_ && frames.size() > 1 ? curve::userIdOf(frames[1]) : named).substr(0, 64),
+                 std::nullopt};
+    if (const auto it = peerIndex_.find(who.name); it != peerIndex_.end()) who.peer = it->second;
+    who.foreignId = zap_ && named != who.name;
+    return who;
+  }
+
   void receive() {
     std::vector<zmq::message_t> frames;
     for (int budget = 0; budget < 256; ++budget) {
@@ -475,16 +512,15 @@ class Runner {
       const auto got =
           zmq::recv_multipart(router_, std::back_inserter(frames), zmq::recv_flags::dontwait);
       if (!got) return;
-      // With CURVE the peer is who its key says (the ZAP User-Id), not the
-      // routing id it chose; without, the routing id is all there is.
-      const auto identity =
-          zap_ && frames.size() > 1 ? curve::userIdOf(frames[1]) : frames[0].to_string();
-      const auto peer = peerIndex_.find(identity);
-      const std::optional<std::size_t> from =
-          peer == peerIndex_.end() ? std::nullopt : std::optional(peer->second);
-      if (!from) {
-        reject(std::nullopt, wire::Reject::NotNeighbor,
-               "identity '" + identity.substr(0, 64) + "'");
+      const Identity who = identify(frames);
+      std::optional<std::size_t> from = who.peer;
+      const bool misread = !zap_ && frames[0].size() == wire::kHeaderSize;
+      if (!from && (!misread || frames.size() != 3)) {
+        reject(std::nullopt, wire::Reject::NotNeighbor, "identity '" + who.name + "'");
+        continue;
+      }
+      if (who.foreignId) {  // a key may only use its own node's id
+        reject(from, wire::Reject::Sender, "routing id of another node");
         continue;
       }
       if (frames.size() != 3) {
@@ -498,6 +534,14 @@ class Runner {
         reject(from, *why);
         continue;
       }
+      if (!from) {  // a routing id that names nobody: the header's sender is all there is
+        const std::uint32_t sender = std::get<wire::Header>(decoded).sender;
+        if (const auto it = peerBySender_.find(sender); it != peerBySender_.end()) from = it->second;
+      }
+      if (!from) {
+        reject(std::nullopt, wire::Reject::NotNeighbor, "identity '" + who.name + "'");
+        continue;
+      }
       const wire::Header& h = std::get<wire::Header>(decoded);
       if (h.sender != *from) {
         reject(from, wire::Reject::Sender, "header claims node " + std::to_string(h.sender));
@@ -508,32 +552,41 @@ class Runner {
                *why == wire::Reject::Topology ? "their topology hash differs from ours" : "");
         continue;
       }
-      welcome(*from, now());
-      switch (h.kind) {
-        case wire::Kind::Estimate: {
-          const Scalar* values = reinterpret_cast<const Scalar*>(payload.data());
-          if (reinterpret_cast<std::uintptr_t>(values) % alignof(Scalar) != 0) {
-            aligned_.resize(static_cast<Eigen::Index>(dimension_));
-            std::memcpy(aligned_.data(), payload.data(), payload.size());
-            values = aligned_.data();
-          }
-          const consensus::Receipt receipt = engine_->onEstimate(*from, h.round, values, now());
-          if (receipt == consensus::Receipt::Stale) ++rejects_["stale"];
-          if (receipt == consensus::Receipt::Duplicate) ++rejects_["duplicate"];
-          break;
-        }
-        case wire::Kind::Decision:
-          engine_->onDecision(*from, h.round, h.flags == 1, now());
-          break;
-        case wire::Kind::Hello:
-        case wire::Kind::Bye:
-          // A keep-alive: the engine hears from the peer without an estimate.
-          engine_->onKeepAlive(*from, h.round, now());
-          if (h.kind == wire::Kind::Hello) onKeepAliveRound(*from, h.round);
-          if (h.kind == wire::Kind::Bye) spdlog::info("{} said goodbye", topology_.node(*from).id);
-          break;
+      const consensus::Receipt receipt = deliver(*from, h, payload);
+      if (receipt == consensus::Receipt::Implausible) {
+        reject(from, wire::Reject::Round, "round " + std::to_string(h.round));
+        continue;
       }
+      welcome(*from, now());
+      if (h.kind == wire::Kind::Hello) onKeepAliveRound(*from, h.round);
+      if (h.kind == wire::Kind::Bye) spdlog::info("{} said goodbye", topology_.node(*from).id);
     }
+  }
+
+  // A validated message to the engine, which checks its round first.
+  consensus::Receipt deliver(std::size_t from, const wire::Header& h,
+                             std::span<const std::byte> payload) {
+    switch (h.kind) {
+      case wire::Kind::Estimate: {
+        const Scalar* values = reinterpret_cast<const Scalar*>(payload.data());
+        if (reinterpret_cast<std::uintptr_t>(values) % alignof(Scalar) != 0) {
+          aligned_.resize(static_cast<Eigen::Index>(dimension_));
+          std::memcpy(aligned_.data(), payload.data(), payload.size());
+          values = aligned_.data();
+        }
+        const consensus::Receipt receipt = engine_->onEstimate(from, h.round, values, now());
+        if (receipt == consensus::Receipt::Stale) ++rejects_["stale"];
+        if (receipt == consensus::Receipt::Duplicate) ++rejects_["duplicate"];
+        return receipt;
+      }
+      case wire::Kind::Decision:
+        return engine_->onDecision(from, h.round, h.flags == 1, now());
+      case wire::Kind::Hello:
+      case wire::Kind::Bye:
+        // A keep-alive: the engine hears from the peer without an estimate.
+        return engine_->onKeepAlive(from, h.round, now());
+    }
+    return consensus::Receipt::NotNeighbor;
   }
 
   void receiveEvents() {
@@ -867,6 +920,7 @@ class Runner {
   std::vector<Link*> waitingLinks_;
   std::map<std::size_t, std::int64_t> helloRounds_;  // last keep-alive round per neighbour
   std::map<std::string, std::size_t> peerIndex_;
+  std::map<std::uint32_t, std::size_t> peerBySender_;  // header sender -> in-neighbour
   std::map<std::size_t, Time> lastHeard_;
   // Derived once from the config, not per message or per round.
   Duration peerTimeout_ = config::engineOptions(cfg_).peerTimeout;

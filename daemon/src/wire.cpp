@@ -201,6 +201,8 @@ const char* toString(Reject reason) {
       return "handshake";
     case Reject::Auth:
       return "auth";
+    case Reject::Round:
+      return "implausible_round";
   }
   return "?";
 }

@@ -62,6 +62,7 @@ enum class Reject {
   Duplicate,
   Handshake,  // the connection failed the ZMTP handshake (junk bytes, another mechanism)
   Auth,       // CURVE: the ZAP handler denied the key (not a neighbour's)
+  Round,      // a round the sender cannot honestly have reached (docs/protocol.md)
 };
 const char* toString(Reject reason);
 

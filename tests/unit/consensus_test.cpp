@@ -100,9 +100,11 @@ TEST_CASE("all: a dead neighbour stalls the round until it turns suspect") {
   CHECK(record->reason == CutoffReason::Count);
   CHECK(record->live == 3);
   CHECK(hub.engine.suspect(3, ms(100)));
-  // It speaks again: no longer suspect.
+  // It speaks again, twice (one message alone may be a replay): no longer suspect.
   hub.send(4, 0, 1.0, ms(101));
-  CHECK_FALSE(hub.engine.suspect(3, ms(101)));
+  CHECK(hub.engine.suspect(3, ms(101)));
+  hub.send(4, 1, 1.0, ms(102));
+  CHECK_FALSE(hub.engine.suspect(3, ms(102)));
 }
 
 TEST_CASE("static: cuts off at the (d - b)-th arrival") {
@@ -1055,4 +1057,103 @@ TEST_CASE("straggler models: seeded draws with the right means and schedule") {
     CHECK(d == again.extraDelay(k, milliseconds(10)));
     if (k < 100 || k > 199) CHECK(d == Duration::zero());
   }
+}
+
+TEST_CASE("plausible rounds: a far-future or negative round is refused and changes nothing") {
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.peerTimeout = milliseconds(100);
+  Hub hub(options);
+  // A neighbour that hears us directly is at most max_lead + skip_ahead + 1 ahead.
+  CHECK(hub.engine.horizon(0) == options.maxLead + options.skipAhead + 1);
+  const Eigen::VectorXd lie = Eigen::VectorXd::Constant(3, 1e6);
+  constexpr std::int64_t kFar = std::int64_t{1} << 62;
+  CHECK(hub.engine.onEstimate(1, kFar, lie.data(), ms(0)) == Receipt::Implausible);
+  CHECK(hub.engine.onEstimate(1, -5, lie.data(), ms(0)) == Receipt::Implausible);
+  CHECK(hub.engine.onKeepAlive(2, std::numeric_limits<std::int64_t>::max(), ms(0)) ==
+        Receipt::Implausible);
+  CHECK(hub.engine.onDecision(3, kFar, true, ms(0)) == Receipt::Implausible);
+  CHECK(hub.engine.newestRound(0) == -1);
+  CHECK(hub.engine.newestRound(1) == -1);
+  CHECK(hub.engine.counters(0).onTime == 0);
+  // The round goes on with the real estimates, and none of the lie is mixed.
+  REQUIRE(hub.engine.tryStart(ms(1)));
+  hub.gradient(ms(1));
+  for (std::size_t j = 1; j <= 4; ++j) hub.send(j, 0, 1.0, ms(2));
+  const auto record = hub.engine.tryFinish(ms(2));
+  REQUIRE(record);
+  CHECK(record->responders.size() == 4);
+  CHECK(hub.engine.params()[0] == doctest::Approx(0.8));
+  CHECK(hub.engine.round() == 1);
+}
+
+TEST_CASE("plausible rounds: a lie between a live neighbour's messages is never believed") {
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.peerTimeout = milliseconds(100);
+  Hub hub(options);
+  const Eigen::VectorXd values = Eigen::VectorXd::Constant(3, 1.0);
+  for (int t = 0; t <= 200; t += 10) {
+    CHECK(hub.engine.onKeepAlive(1, 1'000'000, ms(t)) == Receipt::Implausible);
+    CHECK(hub.engine.onEstimate(1, 0, values.data(), ms(t + 1)) != Receipt::Implausible);
+  }
+  CHECK(hub.engine.newestRound(0) == 0);
+}
+
+TEST_CASE("plausible rounds: a neighbour truly ahead is believed after half a peer timeout") {
+  // We were away (restarted from an old checkpoint): n1 went on to round 1000.
+  const Topology pair = graph("chain", 2);
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.roundSkipping = true;
+  options.peerTimeout = milliseconds(100);
+  Engine a(pair, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  const Eigen::VectorXd theirs = Eigen::VectorXd::Constant(1, 1.0);
+  CHECK(a.onKeepAlive(1, 1000, ms(0)) == Receipt::Implausible);
+  CHECK(a.onEstimate(1, 1000, theirs.data(), ms(20)) == Receipt::Implausible);
+  CHECK(a.onKeepAlive(1, 1000, ms(50)) == Receipt::Stored);
+  CHECK(a.onEstimate(1, 1000, theirs.data(), ms(60)) == Receipt::Stored);
+  CHECK(a.newestRound(0) == 1000);
+  // One round later it has skipped to n1's round and mixed n1's estimate.
+  REQUIRE(a.tryStart(ms(61)));
+  a.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(62));
+  const auto record = a.tryFinish(ms(62));
+  REQUIRE(record);
+  CHECK(record->skipped);
+  CHECK(a.round() == 1000);
+  CHECK(a.params()[0] == doctest::Approx(0.5));
+  CHECK(a.onKeepAlive(1, 1001, ms(63)) == Receipt::Stored);  // in reach again
+}
+
+TEST_CASE("plausible rounds: what a liar got believed is dropped when the sender speaks in reach") {
+  const Topology pair = graph("chain", 2);
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.peerTimeout = milliseconds(100);
+  Engine a(pair, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  const Eigen::VectorXd lie = Eigen::VectorXd::Constant(1, 1e6);
+  const Eigen::VectorXd truth = Eigen::VectorXd::Constant(1, 1.0);
+  // Speaking alone for an absent n1 for half a peer timeout gets a claim believed...
+  CHECK(a.onEstimate(1, 1'000'000, lie.data(), ms(0)) == Receipt::Implausible);
+  CHECK(a.onEstimate(1, 1'000'001, lie.data(), ms(50)) == Receipt::Stored);
+  CHECK(a.newestRound(0) == 1'000'001);
+  // ...until the real n1 speaks: its round is in reach, the lie is gone.
+  CHECK(a.onEstimate(1, 0, truth.data(), ms(51)) == Receipt::Stored);
+  CHECK(a.newestRound(0) == 0);
+  REQUIRE(a.tryStart(ms(52)));
+  a.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(52));
+  const auto record = a.tryFinish(ms(52));
+  REQUIRE(record);
+  CHECK(a.params()[0] == doctest::Approx(0.5));
+}
+
+TEST_CASE("plausible rounds: the horizon grows with the hops from us to the sender") {
+  // Exponential, 8 nodes (directed, i sends to i+1, i+2, i+4): node 0 hears
+  // 4 (which hears 0), 6 (two hops: 0 -> 2 -> 6) and 7 (three: 0 -> 1 -> 3 -> 7).
+  const Topology exponential = graph("exponential", 8);
+  EngineOptions options = withPolicy(PolicyKind::All);
+  Engine engine(exponential, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  std::map<std::size_t, std::int64_t> horizons;
+  for (std::size_t s = 0; s < engine.degree(); ++s)
+    horizons[engine.nodeOfSlot(s)] = engine.horizon(s);
+  const std::int64_t extra = options.skipAhead + 1;
+  CHECK(horizons == std::map<std::size_t, std::int64_t>{{4, options.maxLead + extra},
+                                                        {6, 2 * options.maxLead + extra},
+                                                        {7, 3 * options.maxLead + extra}});
 }

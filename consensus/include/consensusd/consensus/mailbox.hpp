@@ -13,8 +13,9 @@
 
 namespace consensusd::consensus {
 
-// Why an arriving estimate was kept or not.
-enum class Receipt { Stored, Duplicate, Stale, Superseded, NotNeighbor };
+// Why an arriving message was kept or not. `Implausible`: a round the
+// sender cannot honestly have reached (RoundEngine, docs/protocol.md).
+enum class Receipt { Stored, Duplicate, Stale, Superseded, NotNeighbor, Implausible };
 
 template <class Scalar>
 class Mailbox {
@@ -42,6 +43,8 @@ class Mailbox {
 
   // Drops entries older than `round`: they can never be used again.
   void discardBefore(std::int64_t round);
+  // Drops entries newer than `round` (claims found implausible later).
+  void discardAfter(std::int64_t round);
 
  private:
   std::vector<Entry> slots_;

@@ -86,14 +86,16 @@ class RoundEngine {
               std::int64_t firstRound = 0);
 
   std::optional<Start> tryStart(Time now);
+  // Every message's round is checked against the sender's horizon first
+  // (plausibleRound): beyond it, `Implausible`, and nothing changes.
   Receipt onEstimate(std::size_t node, std::int64_t round, const Scalar* values, Time now);
   void onGradient(std::int64_t round, const Eigen::Ref<const Vector>& gradient, double loss,
                   const data::GradientStats& stats, Time now);
-  void onDecision(std::size_t node, std::int64_t round, bool usedMine, Time now);
+  Receipt onDecision(std::size_t node, std::int64_t round, bool usedMine, Time now);
   // A keep-alive from a neighbour working on `round`: not suspect, and its
   // progress counts for the lead bound and skipping even when its estimates
   // were lost (a restarted node must learn where the others are).
-  void onKeepAlive(std::size_t node, std::int64_t round, Time now);
+  Receipt onKeepAlive(std::size_t node, std::int64_t round, Time now);
   std::optional<RoundRecord> tryFinish(Time now);
   std::vector<Decision> takeDecisions();
   // The next time something can change without a message (cut-off, deadline,
@@ -115,6 +117,10 @@ class RoundEngine {
   std::size_t nodeOfSlot(std::size_t slot) const { return slots_[slot].node; }
   bool suspect(std::size_t slot, Time now) const;
   std::int64_t newestRound(std::size_t slot) const { return slots_[slot].newestRound; }
+  // The highest round `slot`'s sender can honestly have reached while it
+  // hears us: our round + max_lead x (hops from us to it) + skip_ahead + 1,
+  // saturating. docs/protocol.md, "Plausible rounds".
+  std::int64_t horizon(std::size_t slot) const;
   const NeighborCounters& counters(std::size_t slot) const { return slots_[slot].counters; }
   const ArrivalHistory& arrivals() const { return arrivals_; }
   const GradientEstimator& gradients() const { return gradients_; }
@@ -132,7 +138,21 @@ class RoundEngine {
     double distanceSq = -1;  // ||x_j - x_i||^2 on arrival of its newest estimate
     NeighborCounters counters;
     std::map<std::int64_t, bool> decisions;  // symmetric mode: round -> used our estimate
+    std::int64_t reach = 0;                  // horizon() - our round
+    // A run of claims beyond the horizon with nothing plausible in between:
+    // when it spans half a peer timeout, the sender is taken to be ahead for
+    // real (we were away), and its claims are accepted until it is back in
+    // reach. One message, or a lie between a live neighbour's messages,
+    // never gets that far.
+    std::optional<Time> aheadSince;
+    std::optional<Time> revivalStart;  // a suspect's first message; a second revives it
   };
+
+  // Whether `round` from `slot` may be believed now; updates the ahead run.
+  bool plausibleRound(Slot& slot, std::int64_t round, Time now);
+  // A message from `slot` was accepted: it is live again, except that a
+  // suspect needs two messages (a single replayed one revives nobody).
+  void heard(Slot& slot, Time now);
 
   std::optional<std::size_t> slotOf(std::size_t node) const;
   std::size_t liveCount(Time now) const;
