@@ -61,6 +61,7 @@ void fsyncPath(const std::string& path, int flags) {
 struct Listing {
   std::vector<std::pair<std::int64_t, fs::path>> rounds;  // round-<R>.ckpt, newest first
   std::vector<fs::path> temps;                            // .round-<R>.ckpt.tmp
+  std::vector<fs::path> skipped;  // named like a checkpoint, not a regular file
 };
 
 Listing listFiles(const std::string& folder) {
@@ -68,9 +69,16 @@ Listing listFiles(const std::string& folder) {
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(folder, error)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind(".round-", 0) == 0 && entry.path().extension() == ".tmp")
-      listing.temps.push_back(entry.path());
-    if (name.rfind("round-", 0) != 0 || entry.path().extension() != ".ckpt") continue;
+    const bool temp = name.rfind(".round-", 0) == 0 && entry.path().extension() == ".tmp";
+    const bool round = name.rfind("round-", 0) == 0 && entry.path().extension() == ".ckpt";
+    if (!temp && !round) continue;
+    std::error_code kind;
+    if (!entry.is_regular_file(kind)) {  // a directory, FIFO, socket...: never read or removed
+      listing.skipped.push_back(entry.path());
+      continue;
+    }
+    if (temp) listing.temps.push_back(entry.path());
+    if (!round) continue;
     try {
       listing.rounds.emplace_back(std::stoll(name.substr(6)), entry.path());
     } catch (const std::exception&) {
@@ -121,24 +129,31 @@ std::string CheckpointStore::save(const Checkpoint& checkpoint) {
   std::snprintf(name, sizeof name, "round-%012lld.ckpt", static_cast<long long>(checkpoint.round));
   std::string path = folder_ + "/" + name;
   const std::string temp = folder_ + "/." + name + ".tmp";
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   check(fd, "open " + temp);
+  bool open = true;
   try {
     writeAll(fd, bytes, temp);
     failpoint("checkpoint-before-fsync");
     check(::fsync(fd), "fsync " + temp);
+    open = false;  // closed even when close reports an error
+    check(::close(fd), "close " + temp);
   } catch (...) {
-    ::close(fd);
+    if (open) ::close(fd);
+    ::unlink(temp.c_str());  // a full disk keeps no partial file; older generations stay
     throw;
   }
-  ::close(fd);
   failpoint("checkpoint-before-rename");
-  check(::rename(temp.c_str(), path.c_str()), "rename " + temp);
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    ::unlink(temp.c_str());
+    throw std::system_error(error, std::generic_category(), "rename " + temp);
+  }
   failpoint("checkpoint-before-dir-fsync");
   fsyncPath(folder_, O_RDONLY | O_DIRECTORY);
 
   // Committed: older generations beyond `keep`, and temp files a crash left, go.
-  const auto [rounds, temps] = listFiles(folder_);
+  const auto [rounds, temps, skipped] = listFiles(folder_);
   std::error_code ignored;
   for (std::size_t i = keep_; i < rounds.size(); ++i) fs::remove(rounds[i].second, ignored);
   for (const fs::path& leftover : temps) fs::remove(leftover, ignored);
@@ -178,7 +193,9 @@ std::variant<Checkpoint, std::string> parseCheckpoint(std::span<const std::byte>
 
 CheckpointStore::Loaded CheckpointStore::loadNewest(const Checkpoint& expect) const {
   Loaded loaded;
-  for (const auto& [round, path] : listFiles(folder_).rounds) {
+  const Listing listing = listFiles(folder_);
+  for (const fs::path& path : listing.skipped) loaded.skipped.push_back(path.string());
+  for (const auto& [round, path] : listing.rounds) {
     std::ifstream in(path, std::ios::binary);
     const std::vector<char> raw((std::istreambuf_iterator<char>(in)),
                                 std::istreambuf_iterator<char>());

@@ -50,7 +50,8 @@ class CheckpointStore {
   struct Loaded {
     std::optional<Checkpoint> checkpoint;  // none: nothing valid (fresh start)
     std::string path;
-    std::vector<Rejected> rejected;  // newer files that failed
+    std::vector<Rejected> rejected;    // newer files that failed
+    std::vector<std::string> skipped;  // named like checkpoints but not regular files
   };
   // The newest checkpoint that verifies and matches `expect` (its dimension,
   // dtype, node and topology hash); rejected files are listed, never deleted.

@@ -14,9 +14,10 @@
 namespace consensusd::cli {
 
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitUsage = 64;     // EX_USAGE: bad command line
-inline constexpr int kExitData = 65;      // EX_DATAERR: a bad data file
-inline constexpr int kExitSoftware = 70;  // EX_SOFTWARE: a bug
+inline constexpr int kExitUsage = 64;        // EX_USAGE: bad command line
+inline constexpr int kExitData = 65;         // EX_DATAERR: a bad data file
+inline constexpr int kExitUnavailable = 69;  // EX_UNAVAILABLE: an address cannot be bound
+inline constexpr int kExitSoftware = 70;     // EX_SOFTWARE: a bug
 // Bad config or topology: schema::kExitConfig (78).
 
 // A command used wrongly in a way the parser cannot see (e.g. an unknown node

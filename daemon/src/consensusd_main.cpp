@@ -10,6 +10,7 @@
 
 #include "cli.hpp"
 #include "consensusd/config/load.hpp"
+#include "consensusd/data/dataset.hpp"
 #include "curve.hpp"
 #include "node.hpp"
 #include "status_server.hpp"
@@ -44,9 +45,15 @@ int runDaemon(const consensusd::config::LoadedConfig& loaded) {
     ::close(wakeFd);
     ::close(signalFd);
     return code;
-  } catch (const std::runtime_error& e) {
+  } catch (const consensusd::data::DataError& e) {
     spdlog::error("{}", e.what());
-    return 1;
+    return consensusd::cli::kExitData;
+  } catch (const consensusd::daemon::Unavailable& e) {
+    spdlog::error("{}", e.what());
+    return consensusd::cli::kExitUnavailable;
+  } catch (const std::exception& e) {
+    spdlog::critical("internal error: {}", e.what());
+    return consensusd::cli::kExitSoftware;
   }
 }
 

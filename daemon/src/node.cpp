@@ -38,6 +38,8 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kHistory = 200;  // round records kept for `history`
 // A snapshot copies the history: after rounds (1000/s here), publish at most this often.
 constexpr auto kStatusEvery = std::chrono::milliseconds(50);
+// Without rounds (a stalled or paused node), rejects and suspects still show within this.
+constexpr auto kStatusRefresh = std::chrono::seconds(1);
 
 void notify(int fd) {
   const std::uint64_t one = 1;
@@ -66,6 +68,7 @@ class ComputeWorker {
     double loss = 0;
     data::GradientStats stats;
     std::optional<data::Evaluation> evaluation;
+    std::exception_ptr failure;  // a bug in the model code: rethrown on the engine thread
   };
 
   // Without a model (kind: none) gradients are zeros of `dimension`: rounds
@@ -118,6 +121,7 @@ class ComputeWorker {
     const std::lock_guard lock(mutex_);
     std::optional<Result> out;
     out.swap(result_);
+    if (out && out->failure) std::rethrow_exception(out->failure);
     return out;
   }
 
@@ -135,11 +139,15 @@ class ComputeWorker {
       Result result;
       result.round = job.round;
       result.gradient.setZero(job.params.size());
-      if (model_) {
-        data::gather(share_, sampler_.next(), batch_);
-        result.loss = static_cast<double>(
-            model_->lossAndGradient(job.params, batch_, result.gradient, &result.stats));
-        if (job.evaluate) result.evaluation = model_->evaluate(job.params, data_.test);
+      try {
+        if (model_) {
+          data::gather(share_, sampler_.next(), batch_);
+          result.loss = static_cast<double>(
+              model_->lossAndGradient(job.params, batch_, result.gradient, &result.stats));
+          if (job.evaluate) result.evaluation = model_->evaluate(job.params, data_.test);
+        }
+      } catch (...) {  // no exception leaves this thread (STYLE.md, errors)
+        result.failure = std::current_exception();
       }
       const Duration delay = straggler_.extraDelay(job.round, Clock::now() - start);
 
@@ -193,9 +201,17 @@ class Runner {
         "node {} of {} ({} nodes, degree {}), {} parameters ({}), policy {}, starting at round {}",
         cfg_.node.id, topology_.name(), topology_.size(), topology_.inNeighbors(self_).size(),
         dimension_, cfg_.model.dtype, cfg_.consensus.policy, engine_->round());
-    loop();
+    int code = 0;
+    try {
+      loop();
+    } catch (const std::exception& e) {
+      // A bug on the engine thread: stop cleanly, keep what was trained.
+      spdlog::critical("internal error on the engine thread: {}; stopping with a checkpoint",
+                       e.what());
+      code = 70;
+    }
     shutdown();
-    return 0;
+    return code;
   }
 
  private:
@@ -285,7 +301,7 @@ class Runner {
     try {
       router_.bind(bindAt);
     } catch (const zmq::error_t& e) {
-      throw std::runtime_error("cannot bind " + bindAt + ": " + e.what());
+      throw Unavailable("cannot bind " + bindAt + ": " + e.what());
     }
     const std::string routingId = cfg_.node.id + "/" + randomHex();
     spdlog::info("sending as routing id {}", routingId);
@@ -318,6 +334,8 @@ class Runner {
     expect.dtype = dtype();
     expect.dimension = dimension_;
     const CheckpointStore::Loaded loaded = checkpoints_.loadNewest(expect);
+    for (const auto& file : loaded.skipped)
+      spdlog::warn("checkpoint folder: {} is not a regular file: skipped", file);
     for (const auto& file : loaded.rejected)
       spdlog::warn("checkpoint {} rejected ({}): renamed to .rejected", file.path, file.why);
     CheckpointStore::setAside(loaded.rejected);
@@ -536,7 +554,8 @@ class Runner {
       }
       if (!from) {  // a routing id that names nobody: the header's sender is all there is
         const std::uint32_t sender = std::get<wire::Header>(decoded).sender;
-        if (const auto it = peerBySender_.find(sender); it != peerBySender_.end()) from = it->second;
+        if (const auto it = peerBySender_.find(sender); it != peerBySender_.end())
+          from = it->second;
       }
       if (!from) {
         reject(std::nullopt, wire::Reject::NotNeighbor, "identity '" + who.name + "'");
@@ -616,8 +635,12 @@ class Runner {
       } else if (command.name == "resume") {
         paused_ = false;
       } else if (command.name == "checkpoint") {
-        answer["path"] = saveCheckpoint();
-        answer["round"] = engine_->round();
+        if (const auto path = trySaveCheckpoint()) {
+          answer["path"] = *path;
+          answer["round"] = engine_->round();
+        } else {
+          answer = {{"ok", false}, {"error", "checkpoint failed: " + lastCheckpointError_}};
+        }
       } else if (command.name == "set-policy") {
         answer = setPolicy(command.args);
       } else {
@@ -661,6 +684,21 @@ class Runner {
     return path;
   }
 
+  // A checkpoint that cannot be written (full disk, I/O error, no file
+  // descriptors) costs that checkpoint only: logged, counted, shown in
+  // status and metrics; training goes on and older generations stay.
+  std::optional<std::string> trySaveCheckpoint() {
+    try {
+      return saveCheckpoint();
+    } catch (const std::exception& e) {
+      ++checkpointFailures_;
+      if (lastCheckpointError_ != e.what())
+        spdlog::error("checkpoint at round {} failed: {}", engine_->round(), e.what());
+      lastCheckpointError_ = e.what();
+      return std::nullopt;
+    }
+  }
+
   void onRecord(const consensus::RoundRecord& record) {
     ++finishedRounds_;
     lossEwma_ = finishedRounds_ == 1 ? record.loss : lossEwma_ + 0.05 * (record.loss - lossEwma_);
@@ -696,7 +734,7 @@ class Runner {
     rate_ = span > 0 ? static_cast<double>(rounds) / span : 0.0;
 
     const std::int64_t every = cfg_.checkpoint.everyRounds;
-    if (every > 0 && record.nextRound / every != record.round / every) saveCheckpoint();
+    if (every > 0 && record.nextRound / every != record.round / every) trySaveCheckpoint();
     if (cfg_.train.rounds > 0 && engine_->round() >= cfg_.train.rounds) {
       spdlog::info("reached train.rounds = {}", cfg_.train.rounds);
       stopping_ = true;
@@ -710,6 +748,7 @@ class Runner {
   void publishStatus() {
     auto status = std::make_shared<StatusSnapshot>();
     const Time t = now();
+    statusRefresh_ = t + kStatusRefresh;
     status->node = cfg_.node.id;
     status->version = kVersion;
     status->round = engine_->round();
@@ -751,6 +790,9 @@ class Runner {
       status->neighbors.push_back(n);
     }
     status->rejects = rejects_;
+    status->checkpointFailures = checkpointFailures_;
+    status->lastCheckpointError = lastCheckpointError_;
+    status->acceptFailures = board_.acceptFailures();
     status->classHistogram = histogram_;
     for (const auto& [name, count] : sendCounters_) status->rejects[name] = count;
     status->history = history_;
@@ -812,13 +854,14 @@ class Runner {
                                     lossEwma_, rate_));
         publishStatus();
       }
+      if (t >= statusRefresh_) publishStatus();  // counters move while no round completes
       if (cfg_.train.maxTimeS > 0 &&
           std::chrono::duration<double>(Clock::now() - started_).count() >= cfg_.train.maxTimeS) {
         spdlog::info("reached train.max_time_s = {}", cfg_.train.maxTimeS);
         break;
       }
 
-      Time wake = std::min(nextHello, nextProgress);
+      Time wake = std::min({nextHello, nextProgress, statusRefresh_});
       if (auto next = engine_->nextWakeup(t)) wake = std::min(wake, *next);
       if (!delayed_.empty()) wake = std::min(wake, delayed_.front().due);
       if (service_.nextFeed() != Clock::time_point::max())
@@ -861,11 +904,7 @@ class Runner {
 
   void shutdown() {
     service_.stopping();
-    try {
-      saveCheckpoint();
-    } catch (const std::exception& e) {
-      spdlog::error("final checkpoint failed: {}", e.what());
-    }
+    trySaveCheckpoint();
     sendControl(wire::Kind::Bye);
     // A model of our own: the compute thread may still be busy with its.
     if (cfg_.model.kind != "none") {
@@ -880,6 +919,7 @@ class Runner {
                                     {"accuracy", accuracy_},
                                     {"test_loss", testLoss_},
                                     {"rejects", rejects_},
+                                    {"checkpoint_failures", checkpointFailures_},
                                     {"sends", sendCounters_}};
     if (metrics_) *metrics_ << summary.dump() << '\n';
     publishStatus();
@@ -925,7 +965,8 @@ class Runner {
   // Derived once from the config, not per message or per round.
   Duration peerTimeout_ = config::engineOptions(cfg_).peerTimeout;
   std::string configYaml_ = config::toYaml(cfg_);
-  Time nextStatus_{};  // snapshots after rounds: at most every kStatusEvery
+  Time nextStatus_{};     // snapshots after rounds: at most every kStatusEvery
+  Time statusRefresh_{};  // and at least every kStatusRefresh
   Duration linkDelay_ = std::chrono::duration_cast<Duration>(
       std::chrono::duration<double, std::milli>(cfg_.straggler.linkDelayMs));
   std::deque<Outgoing> delayed_;      // estimates held back by link_delay_ms, oldest first
@@ -946,6 +987,8 @@ class Runner {
   double testLoss_ = -1;
   double rate_ = 0;
   std::int64_t lastCheckpoint_ = -1;
+  std::uint64_t checkpointFailures_ = 0;
+  std::string lastCheckpointError_;
   std::deque<nlohmann::json> history_;
   std::unique_ptr<std::ofstream> metrics_;
 };

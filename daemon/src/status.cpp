@@ -37,11 +37,18 @@ nlohmann::json toJson(const StatusSnapshot& status) {
           {"consensus_distance", status.consensusDistance},
           {"rounds_per_s", status.roundsPerSecond},
           {"last_checkpoint_round", status.lastCheckpointRound},
+          {"checkpoint_failures", status.checkpointFailures},
+          {"last_checkpoint_error", status.lastCheckpointError},
+          {"accept_failures", status.acceptFailures},
           {"uptime_s", status.uptimeS},
           {"paused", status.paused},
           {"rejects", status.rejects},
           {"class_histogram", status.classHistogram},
           {"neighbors", neighborsJson(status)}};
+}
+
+std::string serialize(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void StatusBoard::publish(std::shared_ptr<const StatusSnapshot> snapshot) {

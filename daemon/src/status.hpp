@@ -3,6 +3,7 @@
 // snapshot, replaced after every round (readers keep the one they hold), and
 // the commands that flow back to the engine.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -46,6 +47,9 @@ struct StatusSnapshot {
   double consensusDistance = 0;
   double roundsPerSecond = 0;
   std::int64_t lastCheckpointRound = -1;
+  std::uint64_t checkpointFailures = 0;  // periodic or asked-for checkpoints not written
+  std::string lastCheckpointError;       // why the last one failed ("" if none has)
+  std::uint64_t acceptFailures = 0;      // status/HTTP accepts that failed (EMFILE...)
   double uptimeS = 0;
   bool paused = false;
   std::vector<NeighborStatus> neighbors;
@@ -56,6 +60,9 @@ struct StatusSnapshot {
 };
 
 nlohmann::json toJson(const StatusSnapshot& status);
+// JSON text that never throws: invalid UTF-8 (a peer's bytes cut anywhere)
+// becomes U+FFFD. Every answer and body goes out through it.
+std::string serialize(const nlohmann::json& value);
 nlohmann::json neighborsJson(const StatusSnapshot& status);
 
 // A request for the engine thread; `reply` is called there with the answer.
@@ -72,8 +79,13 @@ class StatusBoard {
   std::shared_ptr<const StatusSnapshot> current() const;
   void submit(Command command);
   std::vector<Command> drain();
+  // Failed accepts on the status socket and HTTP (file descriptors ran
+  // out): counted by the status thread, shown by the engine's snapshot.
+  std::uint64_t countAcceptFailure() { return ++acceptFailures_; }
+  std::uint64_t acceptFailures() const { return acceptFailures_.load(); }
 
  private:
+  std::atomic<std::uint64_t> acceptFailures_{0};
   mutable std::mutex mutex_;
   std::shared_ptr<const StatusSnapshot> snapshot_;
   std::vector<Command> commands_;

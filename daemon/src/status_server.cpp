@@ -85,7 +85,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void write(const nlohmann::json& answer, bool thenClose) {
-    auto text = std::make_shared<std::string>(answer.dump() + "\n");
+    auto text = std::make_shared<std::string>(serialize(answer) + "\n");
     asio::async_write(
         socket_, asio::buffer(*text),
         [self = shared_from_this(), text, thenClose](boost::system::error_code code, std::size_t) {
@@ -158,7 +158,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       response->body() = snapshot ? "ok\n" : "starting\n";
     } else if (target == "/status" && snapshot) {
       response->set(http::field::content_type, "application/json");
-      response->body() = toJson(*snapshot).dump() + "\n";
+      response->body() = serialize(toJson(*snapshot)) + "\n";
     } else if (target == "/metrics" && snapshot) {
       response->set(http::field::content_type, "text/plain; version=0.0.4");
       response->body() = prometheusText(*snapshot);
@@ -190,7 +190,8 @@ std::string prometheusText(const StatusSnapshot& status) {
                           const std::vector<std::pair<std::string, double>>& samples) {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
     for (const auto& [labels, value] : samples) {
-      out += std::string(name) + "{" + node + labels + "} " + nlohmann::json(value).dump() + "\n";
+      out +=
+          std::string(name) + "{" + node + labels + "} " + serialize(nlohmann::json(value)) + "\n";
     }
   };
   const auto one = [](double value) {
@@ -218,6 +219,12 @@ std::string prometheusText(const StatusSnapshot& status) {
   metric("consensusd_last_checkpoint_round", "gauge",
          "Round of the last committed checkpoint (-1: none).",
          one(static_cast<double>(status.lastCheckpointRound)));
+  metric("consensusd_checkpoint_failures_total", "counter",
+         "Checkpoints that could not be written (full disk, I/O error).",
+         one(static_cast<double>(status.checkpointFailures)));
+  metric("consensusd_accept_failures_total", "counter",
+         "Connections the status socket or HTTP could not accept (file descriptors ran out).",
+         one(static_cast<double>(status.acceptFailures)));
   metric("consensusd_uptime_seconds", "gauge", "Seconds since the daemon started.",
          one(status.uptimeS));
   std::vector<std::pair<std::string, double>> rejects;
@@ -288,7 +295,7 @@ std::vector<std::string> setPolicyOverrides(const nlohmann::json& args) {
     if (!args.contains(key)) continue;
     const auto& value = args[key];
     overrides.push_back(std::string("consensus.") + key + "=" +
-                        (value.is_string() ? value.get<std::string>() : value.dump()));
+                        (value.is_string() ? value.get<std::string>() : serialize(value)));
   }
   return overrides;
 }
@@ -302,9 +309,27 @@ struct StatusServer::Impl {
   int wakeFd;
   std::thread thread;
 
+  asio::steady_timer acceptPause{io};
+  asio::steady_timer httpPause{io};
+
+  // Out of file descriptors (EMFILE, ENFILE) or memory, accept fails: log it
+  // once, count it, wait a little and accept again, so the socket serves as
+  // soon as descriptors are free. Only closing the acceptor ends the loop.
+  template <class Acceptor, class Start>
+  void retryLater(const boost::system::error_code& code, Acceptor& listener,
+                  asio::steady_timer& pause, Start start) {
+    if (code == asio::error::operation_aborted || !listener.is_open()) return;
+    if (board->countAcceptFailure() == 1)
+      spdlog::warn("accept failed: {} (retrying)", code.message());
+    pause.expires_after(std::chrono::milliseconds(100));
+    pause.async_wait([start](boost::system::error_code waited) {
+      if (!waited) start();
+    });
+  }
+
   void accept() {
     acceptor.async_accept([this](boost::system::error_code code, Local::socket socket) {
-      if (code) return;  // closed
+      if (code) return retryLater(code, acceptor, acceptPause, [this] { accept(); });
       std::make_shared<Session>(std::move(socket), *board, wakeFd)->start();
       accept();
     });
@@ -312,7 +337,7 @@ struct StatusServer::Impl {
 
   void acceptHttp() {
     http.async_accept([this](boost::system::error_code code, asio::ip::tcp::socket socket) {
-      if (code) return;
+      if (code) return retryLater(code, http, httpPause, [this] { acceptHttp(); });
       std::make_shared<HttpSession>(std::move(socket), *board)->start();
       acceptHttp();
     });
@@ -327,15 +352,25 @@ StatusServer::StatusServer(std::string path, std::string httpAddress, StatusBoar
   impl_->wakeFd = wakeFd;
   std::error_code ignored;
   std::filesystem::create_directories(std::filesystem::path(impl_->path).parent_path(), ignored);
-  std::filesystem::remove(impl_->path, ignored);  // a stale socket from a crash
-  const mode_t previous = ::umask(0117);          // rw for user and group only
+  if (std::filesystem::is_socket(impl_->path, ignored)) {
+    // A socket file: stale after a crash, or another instance's (same config).
+    Local::socket probe(impl_->io);
+    boost::system::error_code refused;
+    probe.connect(Local::endpoint(impl_->path), refused);
+    if (!refused) {
+      throw Unavailable("status socket " + impl_->path +
+                        " is held by a running daemon; stop it first (consensusctl stop)");
+    }
+    std::filesystem::remove(impl_->path, ignored);
+  }
+  const mode_t previous = ::umask(0117);  // rw for user and group only
   try {
     impl_->acceptor.open(Local());
     impl_->acceptor.bind(Local::endpoint(impl_->path));
     impl_->acceptor.listen();
   } catch (const boost::system::system_error& e) {
     ::umask(previous);
-    throw std::runtime_error("status socket " + impl_->path + ": " + e.what());
+    throw Unavailable("status socket " + impl_->path + ": " + e.what());
   }
   ::umask(previous);
   impl_->accept();
@@ -353,11 +388,22 @@ StatusServer::StatusServer(std::string path, std::string httpAddress, StatusBoar
       impl_->http.bind(endpoint);
       impl_->http.listen();
     } catch (const boost::system::system_error& e) {
-      throw std::runtime_error("status.http " + httpAddress + ": " + e.what());
+      throw Unavailable("status.http " + httpAddress + ": " + e.what());
     }
     impl_->acceptHttp();
   }
-  impl_->thread = std::thread([impl = impl_.get()] { impl->io.run(); });
+  impl_->thread = std::thread([impl = impl_.get()] {
+    // No exception ends the process from this thread: a failed handler is
+    // logged and the loop goes on (asio allows run() again after a throw).
+    for (;;) {
+      try {
+        impl->io.run();
+        return;
+      } catch (const std::exception& e) {
+        spdlog::error("status thread: {}", e.what());
+      }
+    }
+  });
 }
 
 StatusServer::~StatusServer() {
@@ -365,6 +411,8 @@ StatusServer::~StatusServer() {
     boost::system::error_code ignored;
     impl->acceptor.close(ignored);
     impl->http.close(ignored);
+    impl->acceptPause.cancel();
+    impl->httpPause.cancel();
     impl->io.stop();
   });
   impl_->thread.join();

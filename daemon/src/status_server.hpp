@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -16,9 +17,17 @@
 
 namespace consensusd::daemon {
 
+// An address this node must listen on cannot be had (in use, not bindable,
+// or a status socket a live daemon holds): exit 69, nothing else touched.
+class Unavailable : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class StatusServer {
  public:
-  // Binds `path` (replacing a stale socket file) with mode 0660, and when
+  // Binds `path` (replacing a stale socket file, but never one a live daemon
+  // still answers on: Unavailable) with mode 0660, and when
   // `httpAddress` is "HOST:PORT" an HTTP server there (GET /status, /metrics
   // in Prometheus text format, /healthz); `wakeFd` is written after a command
   // is submitted. Throws std::runtime_error on failure.

@@ -1,5 +1,6 @@
 // Fuzz target: one status-socket request line, from a trusted and an
-// untrusted peer. Every request gets an answer or none; nothing throws. A
+// untrusted peer. Every request gets an answer or none, and the answer
+// serialises as the server sends it; nothing throws. A
 // set-policy request goes on through the config schema, as in the engine,
 // where only schema::InputError may come out.
 #include <cstddef>
@@ -22,7 +23,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string line(reinterpret_cast<const char*>(data), size);
   for (const bool trusted : {false, true}) {
     daemon::Command command;
-    [[maybe_unused]] const auto answer = daemon::answerRequest(line, &snapshot, trusted, command);
+    const auto answer = daemon::answerRequest(line, &snapshot, trusted, command);
+    if (answer) [[maybe_unused]]
+      const std::string text = daemon::serialize(*answer);
     if (command.name != "set-policy") continue;
     try {
       const config::NodeConfig updated =

@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -40,8 +42,7 @@ std::uint64_t hashOf(const Cluster& cluster) {
   return std::stoull(json::parse(info.out)["hash"].get<std::string>(), nullptr, 16);
 }
 
-std::vector<std::string> helloFrames(std::uint32_t sender, std::int64_t round,
-                                     std::uint64_t hash) {
+std::vector<std::string> helloFrames(std::uint32_t sender, std::int64_t round, std::uint64_t hash) {
   consensusd::wire::Header header;
   header.kind = consensusd::wire::Kind::Hello;
   header.sender = sender;
@@ -52,7 +53,8 @@ std::vector<std::string> helloFrames(std::uint32_t sender, std::int64_t round,
 }
 
 json neighborOf(const Cluster& cluster, std::size_t node, const std::string& id) {
-  const json answer = ask(cluster, node, {{"cmd", "neighbors"}});  // a local: the loop must not dangle
+  const json answer =
+      ask(cluster, node, {{"cmd", "neighbors"}});  // a local: the loop must not dangle
   for (const json& n : answer["neighbors"]) {
     if (n["id"] == id) return n;
   }
@@ -90,8 +92,8 @@ TEST_CASE("a far-future estimate under a live neighbour's id is refused and neve
   startAndWait(cluster);
   Intruder liar(endpointOf(cluster, 0), "n1");
   for (const std::int64_t round : {kFar, std::numeric_limits<std::int64_t>::max()})
-    REQUIRE(liar.send(estimateFrames(1, round, hashOf(cluster),
-                                     std::vector<float>(kDimension, 1000.0f))));
+    REQUIRE(liar.send(
+        estimateFrames(1, round, hashOf(cluster), std::vector<float>(kDimension, 1000.0f))));
   CHECK(waitFor([&] { return rejectsOf(cluster, 0, "implausible_round") >= 2; }, 10s));
   const json n1 = neighborOf(cluster, 0, "n1");
   INFO(n1.dump());
@@ -150,8 +152,8 @@ TEST_CASE("a hundred takeovers of a live neighbour's routing id crash nothing") 
 
 TEST_CASE("one replayed HELLO for an absent neighbour does not stall the node") {
   // n1 never starts; policy all: n0 would wait for a revived n1.
-  Cluster cluster(2, with(kFast, {"train.rounds=0", "consensus.policy=all",
-                                  "consensus.peer_timeout_ms=3000"}));
+  Cluster cluster(
+      2, with(kFast, {"train.rounds=0", "consensus.policy=all", "consensus.peer_timeout_ms=3000"}));
   cluster.start(0);
   REQUIRE(waitFor([&] { return answers(cluster, 0) && roundOf(cluster, 0) > 20; }, 30s));
   Intruder replay(endpointOf(cluster, 0), "n1");
@@ -162,7 +164,8 @@ TEST_CASE("one replayed HELLO for an absent neighbour does not stall the node") 
   CHECK(neighborOf(cluster, 0, "n1").value("state", "") == "suspect");
 }
 
-TEST_CASE("honest catch-up: restarted from an old checkpoint, a node rejoins a neighbour far ahead") {
+TEST_CASE(
+    "honest catch-up: restarted from an old checkpoint, a node rejoins a neighbour far ahead") {
   Cluster cluster(2, with(kFast, {"train.rounds=0", "consensus.peer_timeout_ms=300",
                                   "checkpoint.every_rounds=50"}));
   startAndWait(cluster);
@@ -181,4 +184,53 @@ TEST_CASE("honest catch-up: restarted from an old checkpoint, a node rejoins a n
   CHECK(waitFor(
       [&] { return neighborOf(cluster, 0, "n1").value("mixed", std::uint64_t{0}) > mixed + 50; },
       20s));
+}
+
+TEST_CASE("a status request cut inside a UTF-8 character gets an error, not a crash") {
+  Cluster cluster(1, with(kFast, {"train.rounds=0"}));
+  cluster.start(0);
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+  const std::string name = std::string(63, 'a') + "\xc3\xa9";  // é across byte 64
+  const json answer = ask(cluster, 0, {{"cmd", name}});
+  CHECK(answer["ok"] == false);
+  CHECK(answer["error"].get<std::string>().rfind("unknown command 'aaa", 0) == 0);
+  CHECK(answers(cluster, 0));
+  CHECK(cluster.child(0).running());
+}
+
+TEST_CASE("a second instance with a running node's config exits 69 and leaves its socket alone") {
+  Cluster cluster(1, with(kFast, {"train.rounds=0"}));
+  cluster.start(0);
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+  std::vector<std::string> argv{CONSENSUSD, "--config", cluster.path("n0.yaml")};
+  for (const std::string& o : with(kFast, {"train.rounds=0"}))
+    argv.insert(argv.end(), {"--set", o});
+  const auto second = runProcess(argv);
+  CHECK(second.exitCode == 69);
+  CHECK((second.out + second.err).find("is held by a running daemon") != std::string::npos);
+  CHECK(answers(cluster, 0));
+}
+
+TEST_CASE("checkpoints: a failed write is counted and training goes on; a directory is skipped") {
+  Cluster cluster(1, with(kFast, {"train.rounds=0", "checkpoint.every_rounds=20"}));
+  // A directory with a checkpoint's name must not stop the start.
+  std::filesystem::create_directories(cluster.path("ckpt-n0/round-000000000999.ckpt"));
+  cluster.start(0);
+  REQUIRE(waitFor([&] { return answers(cluster, 0) && roundOf(cluster, 0) > 50; }, 30s));
+  CHECK(cluster.log(0).find("is not a regular file: skipped") != std::string::npos);
+  // The checkpoint folder becomes a file: every later write fails.
+  std::filesystem::rename(cluster.path("ckpt-n0"), cluster.path("ckpt-moved"));
+  { std::ofstream(cluster.path("ckpt-n0")) << "not a folder\n"; }
+  CHECK(waitFor(
+      [&] {
+        return ask(cluster, 0, {{"cmd", "status"}})["checkpoint_failures"] >= 2;
+      },
+      20s));
+  const std::int64_t round = roundOf(cluster, 0);
+  CHECK(waitFor([&] { return roundOf(cluster, 0) > round + 100; }, 20s));
+  const json status = ask(cluster, 0, {{"cmd", "status"}});
+  CHECK(status["last_checkpoint_error"].get<std::string>().find("ckpt-n0") != std::string::npos);
+  CHECK(cluster.child(0).running());
+  // The older generations are still there.
+  CHECK(std::filesystem::exists(cluster.path("ckpt-moved")));
 }
