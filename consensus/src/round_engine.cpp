@@ -69,6 +69,7 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
                       {},
                       reach,
                       {},
+                      {},
                       {}});
   }
   // Five buffers of one size, rotated by swaps each round: no allocation, no copy.
@@ -111,8 +112,10 @@ bool RoundEngine<Scalar>::plausibleRound(Slot& slot, std::int64_t round, Time no
     }
     return true;
   }
-  if (!slot.aheadSince || now - *slot.aheadSince > options_.peerTimeout) {
-    slot.aheadSince = now;  // a new run (an old run without a message since is over)
+  const bool fresh = !slot.aheadSince || now - slot.aheadLast > options_.peerTimeout;
+  slot.aheadLast = now;
+  if (fresh) {
+    slot.aheadSince = now;  // a new run (an old one went silent)
     return false;
   }
   return now - *slot.aheadSince >= options_.peerTimeout / 2;

@@ -1122,6 +1122,19 @@ TEST_CASE("plausible rounds: a neighbour truly ahead is believed after half a pe
   CHECK(a.onKeepAlive(1, 1001, ms(63)) == Receipt::Stored);  // in reach again
 }
 
+TEST_CASE("plausible rounds: a run of claims ahead stays believed while it keeps coming") {
+  // n1 is far ahead and the node cannot skip to it yet: every claim of the run,
+  // however long it lasts, is taken once the first half timeout has passed.
+  const Topology pair = graph("chain", 2);
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.peerTimeout = milliseconds(100);
+  Engine a(pair, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  CHECK(a.onKeepAlive(1, 1000, ms(0)) == Receipt::Implausible);
+  for (int t = 50; t <= 500; t += 30) CHECK(a.onKeepAlive(1, 1000, ms(t)) == Receipt::Stored);
+  // A silence longer than the peer timeout ends the run: the next claim starts anew.
+  CHECK(a.onKeepAlive(1, 1000, ms(700)) == Receipt::Implausible);
+}
+
 TEST_CASE("plausible rounds: what a liar got believed is dropped when the sender speaks in reach") {
   const Topology pair = graph("chain", 2);
   EngineOptions options = withPolicy(PolicyKind::All);

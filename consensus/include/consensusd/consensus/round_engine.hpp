@@ -145,6 +145,7 @@ class RoundEngine {
     // reach. One message, or a lie between a live neighbour's messages,
     // never gets that far.
     std::optional<Time> aheadSince;
+    Time aheadLast{};  // the run's latest claim: a silence of a peer timeout ends it
     std::optional<Time> revivalStart;  // a suspect's first message; a second revives it
   };
 
