@@ -215,6 +215,16 @@ LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>&
                std::to_string(graph.size()) + " nodes, " + graph.node(0).id + ".." +
                graph.nodes().back().id + ")");
   }
+  // An ipc:// endpoint this node binds needs its folder: found here, not at bind time.
+  const std::string bindAt =
+      config.node.bind.empty() ? graph.node(*index).endpoint : config.node.bind;
+  if (bindAt.rfind("ipc://", 0) == 0) {
+    const fs::path socketFolder = fs::path(bindAt.substr(6)).parent_path();
+    if (!socketFolder.empty() && !fs::is_directory(socketFolder, error)) {
+      failAt(origins, config.node.bind.empty() ? "node.id" : "node.bind",
+             "endpoint '" + bindAt + "': folder '" + socketFolder.string() + "' does not exist");
+    }
+  }
   const auto degree = static_cast<std::int64_t>(graph.inNeighbors(*index).size());
   NodeConfig::Consensus& consensus = config.consensus;
   if (degree > 0 && consensus.minResponders > degree) {

@@ -10,6 +10,7 @@
 
 #include "cli.hpp"
 #include "consensusd/config/load.hpp"
+#include "consensusd/config/params.hpp"
 #include "consensusd/data/dataset.hpp"
 #include "curve.hpp"
 #include "node.hpp"
@@ -73,7 +74,8 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   app.add_option("--set", overrides, "Override a key: --set train.batch_size=64 (repeatable)")
       ->type_name("KEY=VALUE")
       ->take_all();
-  app.add_flag("--check", checkOnly, "Validate config and topology, bind nothing, exit 0 or 78");
+  app.add_flag("--check", checkOnly,
+               "Validate config, topology and data files, bind nothing: exit 0, 78 or 65");
   app.add_flag("--print-config", printConfig,
                "Print the effective config (defaults included) and exit");
 
@@ -109,6 +111,8 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
       }
     }
     if (checkOnly) {
+      // Data files are read as the daemon would: a bad one is exit 65 here, not at start.
+      consensusd::data::load(consensusd::config::dataSource(loaded.config));
       std::cout << configFile << ": ok (node " << loaded.config.node.id << " of " << graph.name()
                 << ", " << graph.size() << " nodes, degree "
                 << graph.inNeighbors(loaded.nodeIndex).size() << ", topology hash "

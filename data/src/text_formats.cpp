@@ -63,6 +63,9 @@ std::ifstream openText(const std::string& file) {
 }  // namespace
 
 Dataset readLibsvm(const std::string& file, std::size_t dimension) {
+  // The features are held dense: an index decides the allocation, so it is
+  // bounded before anything is allocated (a typo of 99999999999 is an error).
+  const std::size_t widest = dimension != 0 ? dimension : kMaxLibsvmFeatures;
   std::ifstream in = openText(file);
   struct Entry {
     std::size_t sample;
@@ -94,10 +97,10 @@ Dataset readLibsvm(const std::string& file, std::size_t dimension) {
           index != std::floor(index)) {
         fail(file, lineNo, at + 1, "expected INDEX:VALUE, got '" + token + "'");
       }
-      if (index < 1 || (dimension != 0 && index > static_cast<double>(dimension))) {
+      if (index < 1 || index > static_cast<double>(widest)) {
         fail(file, lineNo, at + 1,
-             "index " + token.substr(0, colon) + " out of range [1, " +
-                 (dimension != 0 ? std::to_string(dimension) : std::string("inf")) + "]");
+             "index " + token.substr(0, colon) + " out of range [1, " + std::to_string(widest) +
+                 "]");
       }
       if (static_cast<std::size_t>(index) <= previous)
         fail(file, lineNo, at + 1, "indices must increase");
@@ -113,6 +116,11 @@ Dataset readLibsvm(const std::string& file, std::size_t dimension) {
   if (labels.empty()) throw DataError(file + ": no samples");
   Dataset data;
   const std::size_t d = dimension != 0 ? dimension : largest;
+  if (d > kMaxDenseValues / labels.size()) {
+    throw DataError(file + ": " + std::to_string(d) + " features x " +
+                    std::to_string(labels.size()) + " samples held dense is more than " +
+                    std::to_string(kMaxDenseValues) + " values");
+  }
   data.features =
       Eigen::MatrixXf::Zero(static_cast<Eigen::Index>(d), static_cast<Eigen::Index>(labels.size()));
   for (const Entry& e : entries) {

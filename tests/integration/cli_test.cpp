@@ -1,6 +1,10 @@
 // consensusctl and consensusd run as real processes, end to end.
 
+#include <arpa/inet.h>
 #include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -181,6 +185,74 @@ TEST_CASE("consensusctl train: a bad data file is one line and exit 65") {
   const ProcessResult train = ctl({"train", "--config", config});
   CHECK(train.exitCode == 65);
   CHECK(train.err == data + ":2:3: non-numeric field 'five'\n");
+}
+
+TEST_CASE("consensusd exit codes: 65 for a bad data file, 78 for an endpoint, 69 for a port") {
+  const TempDir dir;
+  const auto topology = [&](const std::string& endpoint) {
+    return dir.write("topo.yaml",
+                     "nodes:\n  - {id: n0, endpoint: \"" + endpoint + "\"}\nedges: []\n");
+  };
+  const auto config = [&](const std::string& data) {
+    return dir.write("n0.yaml", "node: {id: n0}\ntopology: {file: topo.yaml}\nstatus: {socket: " +
+                                    dir.path() + "/n0.sock}\ncheckpoint: {dir: " + dir.path() +
+                                    "/ckpt}\nmodel: {kind: logistic}\ndata: " + data + "\n");
+  };
+  topology("tcp://127.0.0.1:" + std::to_string(20000 + (getpid() % 600) * 20 + 19));
+
+  SUBCASE("a missing data file, at --check") {
+    const ProcessResult r =
+        daemon({"--config", config("{dataset: csv, path: nowhere.csv}"), "--check"});
+    CHECK(r.exitCode == 65);
+    CHECK(r.err == dir.path() + "/nowhere.csv: cannot open file\n");
+  }
+  SUBCASE("a ragged CSV, at --check and at start") {
+    dir.write("ragged.csv", "1,2,0\n3,4,1\n5,1\n");
+    const std::string c = config("{dataset: csv, path: ragged.csv}");
+    const ProcessResult check = daemon({"--config", c, "--check"});
+    CHECK(check.exitCode == 65);
+    CHECK(check.err.rfind(dir.path() + "/ragged.csv:3:", 0) == 0);
+    const ProcessResult start = daemon({"--config", c});
+    CHECK(start.exitCode == 65);
+    CHECK(start.out.find(dir.path() + "/ragged.csv:3:") != std::string::npos);
+  }
+  SUBCASE("a LIBSVM index that would allocate hundreds of GB") {
+    dir.write("huge.svm", "1 1:0.5\n0 99999999999:1\n");
+    const ProcessResult r =
+        daemon({"--config", config("{dataset: libsvm, path: huge.svm}"), "--check"});
+    CHECK(r.exitCode == 65);
+    CHECK(r.err == dir.path() + "/huge.svm:2:3: index 99999999999 out of range [1, 10000000]\n");
+  }
+  SUBCASE("an address that cannot exist, and an ipc folder that does not") {
+    topology("tcp://300.1.1.1:7900");
+    const ProcessResult address =
+        daemon({"--config", config("{dataset: synthetic-logistic}"), "--check"});
+    CHECK(address.exitCode == 78);
+    CHECK(address.err == dir.path() +
+                             "/topo.yaml:2:5: invalid endpoint 'tcp://300.1.1.1:7900': expected "
+                             "tcp://HOST:PORT or ipc://PATH (nodes[0].endpoint)\n");
+    topology("ipc://" + dir.path() + "/missing/n0.ipc");
+    const ProcessResult ipc =
+        daemon({"--config", config("{dataset: synthetic-logistic}"), "--check"});
+    CHECK(ipc.exitCode == 78);
+    CHECK(ipc.err == dir.path() + "/n0.yaml:1:12: endpoint 'ipc://" + dir.path() +
+                         "/missing/n0.ipc': folder '" + dir.path() +
+                         "/missing' does not exist (node.id)\n");
+  }
+  SUBCASE("a port in use: 69") {
+    const int port = 20000 + (getpid() % 600) * 20 + 19;
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+    REQUIRE(::listen(fd, 1) == 0);
+    const ProcessResult r = daemon({"--config", config("{dataset: synthetic-logistic}")});
+    ::close(fd);
+    CHECK(r.exitCode == 69);
+    CHECK(r.out.find("cannot bind tcp://127.0.0.1:" + std::to_string(port)) != std::string::npos);
+  }
 }
 
 TEST_CASE("--help and --version on every command, usage errors exit 64") {

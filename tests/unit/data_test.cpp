@@ -157,7 +157,7 @@ TEST_CASE("LIBSVM: sparse rows, binary and multiclass labels, errors with line a
 
   const std::string path = dir.path() + "/bad.svm";
   dir.write("bad.svm", "1 1:1\n1 0:2\n");
-  CHECK(errorFrom([&] { readLibsvm(path); }) == path + ":2:3: index 0 out of range [1, inf]");
+  CHECK(errorFrom([&] { readLibsvm(path); }) == path + ":2:3: index 0 out of range [1, 10000000]");
   dir.write("bad.svm", "1 1:1 5:2\n");
   CHECK(errorFrom([&] { readLibsvm(path, 4); }) == path + ":1:7: index 5 out of range [1, 4]");
   dir.write("bad.svm", "1 3:1 2:2\n");
@@ -168,6 +168,16 @@ TEST_CASE("LIBSVM: sparse rows, binary and multiclass labels, errors with line a
   CHECK(errorFrom([&] { readLibsvm(path); }) == path + ":1:1: label is not a number");
   dir.write("bad.svm", "1 3\n");
   CHECK(errorFrom([&] { readLibsvm(path); }) == path + ":1:3: expected INDEX:VALUE, got '3'");
+  // An index that would allocate ~400 GB is refused before any allocation.
+  dir.write("bad.svm", "1 99999999999:1\n");
+  CHECK(errorFrom([&] { readLibsvm(path); }) ==
+        path + ":1:3: index 99999999999 out of range [1, 10000000]");
+  // Within the index bound, features x samples held dense are bounded too.
+  std::string wide;
+  for (int i = 0; i < 300; ++i) wide += "1 9999999:1\n";
+  dir.write("bad.svm", wide);
+  CHECK(errorFrom([&] { readLibsvm(path); }) ==
+        path + ": 9999999 features x 300 samples held dense is more than 2147483648 values");
 }
 
 TEST_CASE("CSV: header, label column, regression targets, errors with line and column") {

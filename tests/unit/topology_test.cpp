@@ -281,6 +281,12 @@ TEST_CASE("every validation error names file, line, column and key path") {
   CHECK(errorOf("nodes:\n  - {id: a, endpoint: \"tcp://h:70000\"}\nedges: []\n") ==
         "t.yaml:2:5: invalid endpoint 'tcp://h:70000': expected tcp://HOST:PORT or ipc://PATH "
         "(nodes[0].endpoint)");
+  // Hosts that could never resolve are caught here, not at bind time.
+  for (const std::string host : {"300.1.1.1", "1.2.3", "1..2.3", "-h", "h/1", "[fe80::z]"}) {
+    CHECK(errorOf("nodes:\n  - {id: a, endpoint: \"tcp://" + host + ":1\"}\nedges: []\n") ==
+          "t.yaml:2:5: invalid endpoint 'tcp://" + host +
+              ":1': expected tcp://HOST:PORT or ipc://PATH (nodes[0].endpoint)");
+  }
   CHECK(errorOf("nodes:\n" + two + "  - {id: a, endpoint: \"tcp://h:3\"}\nedges: []\n") ==
         "t.yaml:4:5: duplicate node id 'a' (first at line 2) (nodes[2].id)");
   CHECK(errorOf("nodes:\n" + two + "  - {id: c, endpoint: \"tcp://h:1\"}\nedges: []\n") ==

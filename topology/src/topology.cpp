@@ -35,12 +35,43 @@ bool validId(const std::string& id) {
   });
 }
 
+// A host ZeroMQ can resolve: `*`, [IPv6], a dotted quad whose parts are
+// 0..255 (digits and dots only), or a name (letters, digits, '-', '_', '.';
+// container networks allow '_').
+bool validHost(const std::string& host) {
+  if (host == "*") return true;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    return std::all_of(host.begin() + 1, host.end() - 1, [](char c) {
+      return std::isxdigit(static_cast<unsigned char>(c)) != 0 || c == ':' || c == '.';
+    });
+  }
+  const auto digitOrDot = [](char c) { return (c >= '0' && c <= '9') || c == '.'; };
+  if (std::all_of(host.begin(), host.end(), digitOrDot)) {
+    std::size_t parts = 0;
+    std::size_t at = 0;
+    while (at <= host.size()) {
+      const std::size_t dot = std::min(host.find('.', at), host.size());
+      const std::string part = host.substr(at, dot - at);
+      if (part.empty() || part.size() > 3 || std::stoi(part) > 255) return false;
+      ++parts;
+      at = dot + 1;
+    }
+    return parts == 4;
+  }
+  return host.size() <= 253 && host.front() != '-' && host.front() != '.' &&
+         std::all_of(host.begin(), host.end(), [](char c) {
+           return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_' ||
+                  c == '.';
+         });
+}
+
 // tcp://HOST:PORT (port 1..65535) or ipc://PATH.
 bool validEndpoint(const std::string& endpoint) {
   if (endpoint.rfind("ipc://", 0) == 0) return endpoint.size() > 6;
   if (endpoint.rfind("tcp://", 0) != 0) return false;
   const std::size_t colon = endpoint.rfind(':');
   if (colon <= 6 || colon + 1 >= endpoint.size()) return false;
+  if (!validHost(endpoint.substr(6, colon - 6))) return false;
   const std::string port = endpoint.substr(colon + 1);
   if (port.size() > 5 ||
       !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {

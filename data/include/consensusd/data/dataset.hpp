@@ -46,6 +46,11 @@ Dataset readIdx(const std::string& imagesFile, const std::string& labelsFile);
 // LIBSVM text: "label idx:value ..." with 1-based increasing indices.
 // Labels -1/+1 or 0/1 become classes 0/1; other integer labels become
 // 0..K-1 in sorted order. `dimension` 0 takes the largest index seen.
+// Bounds checked before allocating (features are held dense): an index above
+// kMaxLibsvmFeatures (without a dimension), or more than kMaxDenseValues
+// features x samples, is a DataError.
+inline constexpr std::size_t kMaxLibsvmFeatures = 10'000'000;
+inline constexpr std::size_t kMaxDenseValues = std::size_t{1} << 31;  // 8 GiB of floats
 Dataset readLibsvm(const std::string& file, std::size_t dimension = 0);
 
 struct CsvOptions {
