@@ -83,6 +83,7 @@ class ComputeWorker {
         sampler_(share_.size(), batchSize, seed),
         straggler_(straggler),
         readyFd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+        failAtRound_(failpointRound()),
         thread_([this] { loop(); }) {}
 
   ~ComputeWorker() {
@@ -140,6 +141,7 @@ class ComputeWorker {
       result.round = job.round;
       result.gradient.setZero(job.params.size());
       try {
+        if (job.round == failAtRound_) throw std::logic_error("failpoint compute-throw");
         if (model_) {
           data::gather(share_, sampler_.next(), batch_);
           result.loss = static_cast<double>(
@@ -160,6 +162,15 @@ class ComputeWorker {
     }
   }
 
+  // Crash testing (tests only): CONSENSUSD_FAILPOINT=compute-throw@R makes
+  // the gradient of round R throw, as a bug in model code would.
+  static std::int64_t failpointRound() {
+    const char* spec = std::getenv("CONSENSUSD_FAILPOINT");
+    const std::string prefix = "compute-throw@";
+    if (spec == nullptr || std::string(spec).rfind(prefix, 0) != 0) return -1;
+    return std::atoll(spec + prefix.size());
+  }
+
   const data::TrainTest& data_;
   data::Dataset share_;
   std::optional<data::Model<Scalar>> model_;
@@ -168,6 +179,7 @@ class ComputeWorker {
   data::Batch<Scalar> batch_;
   consensus::Straggler straggler_;
   int readyFd_;
+  std::int64_t failAtRound_;
   std::mutex mutex_;
   std::condition_variable wake_;
   std::optional<Job> job_;

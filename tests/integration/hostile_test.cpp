@@ -4,8 +4,13 @@
 // and is not protected).
 
 #include <doctest/doctest.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -19,6 +24,7 @@
 using consensusd::testing::answers;
 using consensusd::testing::ask;
 using consensusd::testing::bytesOf;
+using consensusd::testing::Child;
 using consensusd::testing::Cluster;
 using consensusd::testing::endpointOf;
 using consensusd::testing::estimateFrames;
@@ -233,4 +239,105 @@ TEST_CASE("checkpoints: a failed write is counted and training goes on; a direct
   CHECK(cluster.child(0).running());
   // The older generations are still there.
   CHECK(std::filesystem::exists(cluster.path("ckpt-moved")));
+}
+
+TEST_CASE("out of file descriptors, the status socket retries and serves again") {
+  Cluster cluster(1, with(kFast, {"train.rounds=0", "checkpoint.every_rounds=50"}));
+  // env runs `prlimit --nofile=48:48 consensusd ...`: a daemon with few descriptors.
+  cluster.start(0, {}, {"prlimit", "--nofile=48:48"});
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+  std::vector<int> held;
+  for (int i = 0; i < 100; ++i) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    const std::string path = cluster.socket(0);
+    std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) {
+      held.push_back(fd);
+    } else {
+      ::close(fd);
+    }
+  }
+  // Accepts fail while the descriptors are gone; rounds go on meanwhile.
+  const std::int64_t round = [&] {
+    for (const int fd : held) ::close(fd);
+    held.clear();
+    std::int64_t r = -1;
+    waitFor(
+        [&] {
+          try {
+            r = roundOf(cluster, 0);
+            return true;
+          } catch (const std::exception&) {
+            return false;
+          }
+        },
+        10s);
+    return r;
+  }();
+  REQUIRE(round >= 0);
+  CHECK(waitFor([&] { return roundOf(cluster, 0) > round + 100; }, 20s));
+  CHECK(ask(cluster, 0, {{"cmd", "status"}})["accept_failures"].get<std::uint64_t>() > 0);
+  CHECK(cluster.child(0).running());
+}
+
+TEST_CASE("a full disk costs checkpoints, not training, and leaves no partial file") {
+  if (::getuid() != 0) {
+    MESSAGE("skipped: mounting a small tmpfs needs root");
+    return;
+  }
+  Cluster cluster(1, with(kFast, {"train.rounds=0", "checkpoint.every_rounds=20"}));
+  const std::string folder = cluster.path("ckpt-n0");
+  std::filesystem::create_directories(folder);
+  REQUIRE(::mount("tmpfs", folder.c_str(), "tmpfs", 0, "size=64k") == 0);
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{folder};
+  {  // Fill it up.
+    std::ofstream filler(folder + "/filler", std::ios::binary);
+    const std::string block(4096, 'x');
+    while (filler.write(block.data(), static_cast<std::streamsize>(block.size())) &&
+           filler.flush()) {
+    }
+  }
+  cluster.start(0);
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+  CHECK(waitFor(
+      [&] {
+        return ask(cluster, 0, {{"cmd", "status"}})["checkpoint_failures"] >= 3;
+      },
+      20s));
+  const json status = ask(cluster, 0, {{"cmd", "status"}});
+  CHECK(status["last_checkpoint_error"].get<std::string>().find("No space left on device") !=
+        std::string::npos);
+  for (const auto& entry : std::filesystem::directory_iterator(folder))
+    CHECK(entry.path().extension() != ".tmp");
+  const std::int64_t round = roundOf(cluster, 0);
+  CHECK(waitFor([&] { return roundOf(cluster, 0) > round + 100; }, 20s));
+  // Room again: the next checkpoint commits.
+  std::filesystem::remove(folder + "/filler");
+  CHECK(waitFor(
+      [&] {
+        return ask(cluster, 0, {{"cmd", "status"}})["last_checkpoint_round"] > round;
+      },
+      20s));
+  CHECK(cluster.child(0).running());
+}
+
+TEST_CASE("a bug on the compute thread stops the node cleanly: a checkpoint, then exit 70") {
+  Cluster cluster(1, with(kFast, {"train.rounds=0"}));
+  Child& node = cluster.start(0, {}, {"CONSENSUSD_FAILPOINT=compute-throw@300"});
+  const auto code = node.wait(60s);
+  REQUIRE(code.has_value());
+  CHECK(*code == 70);
+  const std::string log = cluster.log(0);
+  CHECK(log.find("internal error on the engine thread: failpoint compute-throw") !=
+        std::string::npos);
+  CHECK(log.find("checkpoint ") != std::string::npos);
+  bool saved = false;
+  for (const auto& entry : std::filesystem::directory_iterator(cluster.path("ckpt-n0")))
+    saved = saved || entry.path().filename().string() == "round-000000000300.ckpt";
+  CHECK(saved);
 }
