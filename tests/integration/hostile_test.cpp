@@ -217,7 +217,7 @@ TEST_CASE("a second instance with a running node's config exits 69 and leaves it
   CHECK(answers(cluster, 0));
 }
 
-TEST_CASE("checkpoints: a failed write is counted and training goes on; a directory is skipped") {
+TEST_CASE("checkpoints: a failed write is counted and training goes on, a directory is skipped") {
   Cluster cluster(1, with(kFast, {"train.rounds=0", "checkpoint.every_rounds=20"}));
   // A directory with a checkpoint's name must not stop the start.
   std::filesystem::create_directories(cluster.path("ckpt-n0/round-000000000999.ckpt"));
@@ -259,23 +259,21 @@ TEST_CASE("out of file descriptors, the status socket retries and serves again")
       ::close(fd);
     }
   }
-  // Accepts fail while the descriptors are gone; rounds go on meanwhile.
-  const std::int64_t round = [&] {
-    for (const int fd : held) ::close(fd);
-    held.clear();
-    std::int64_t r = -1;
-    waitFor(
-        [&] {
-          try {
-            r = roundOf(cluster, 0);
-            return true;
-          } catch (const std::exception&) {
-            return false;
-          }
-        },
-        10s);
-    return r;
-  }();
+  // Held open until the daemon has run out and said so (its log: the
+  // socket cannot answer now); then freed.
+  CHECK(waitFor([&] { return cluster.log(0).find("accept failed") != std::string::npos; }, 20s));
+  for (const int fd : held) ::close(fd);
+  std::int64_t round = -1;
+  waitFor(
+      [&] {
+        try {
+          round = roundOf(cluster, 0);
+          return true;
+        } catch (const std::exception&) {
+          return false;
+        }
+      },
+      10s);
   REQUIRE(round >= 0);
   CHECK(waitFor([&] { return roundOf(cluster, 0) > round + 100; }, 20s));
   CHECK(ask(cluster, 0, {{"cmd", "status"}})["accept_failures"].get<std::uint64_t>() > 0);
