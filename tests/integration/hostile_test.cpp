@@ -339,3 +339,14 @@ TEST_CASE("a bug on the compute thread stops the node cleanly: a checkpoint, the
     saved = saved || entry.path().filename().string() == "round-000000000300.ckpt";
   CHECK(saved);
 }
+
+TEST_CASE("status shows a reject within a second or so even while no round completes") {
+  Cluster cluster(1, with(kFast, {"train.rounds=0", "log.progress_every_s=600"}));
+  cluster.start(0);
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+  REQUIRE(ask(cluster, 0, {{"cmd", "pause"}})["ok"] == true);
+  Intruder stranger(endpointOf(cluster, 0), "n9");
+  REQUIRE(stranger.send(estimateFrames(0, 1, hashOf(cluster), {1.0f})));
+  CHECK(waitFor([&] { return rejectsOf(cluster, 0, "not_neighbor") >= 1; }, 3s));
+  CHECK(ask(cluster, 0, {{"cmd", "status"}})["phase"] == "paused");
+}
