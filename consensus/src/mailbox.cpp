@@ -44,15 +44,6 @@ const typename Mailbox<Scalar>::Entry* Mailbox<Scalar>::exact(std::int64_t round
 }
 
 template <class Scalar>
-std::int64_t Mailbox<Scalar>::oldestRound() const {
-  std::int64_t oldest = -1;
-  for (const Entry& slot : slots_) {
-    if (slot.round >= 0 && (oldest < 0 || slot.round < oldest)) oldest = slot.round;
-  }
-  return oldest;
-}
-
-template <class Scalar>
 void Mailbox<Scalar>::discardBefore(std::int64_t round) {
   for (Entry& slot : slots_) {
     if (slot.round >= 0 && slot.round < round) slot.round = -1;

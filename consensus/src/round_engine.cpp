@@ -1,10 +1,10 @@
 #include "consensusd/consensus/round_engine.hpp"
 
 #include <algorithm>
-#include <deque>
 #include <limits>
 
 #include "consensusd/consensus/mixing.hpp"
+#include "consensusd/topology/analysis.hpp"
 
 namespace consensusd::consensus {
 namespace {
@@ -14,23 +14,6 @@ constexpr std::int64_t kMaxRound = std::numeric_limits<std::int64_t>::max();
 // a + b for b >= 0, saturating: a round from the wire may be anything.
 std::int64_t addSaturating(std::int64_t a, std::int64_t b) {
   return a > kMaxRound - b ? kMaxRound : a + b;
-}
-
-// Directed hops from `from` to every node (messages flow along out-edges).
-std::vector<std::int64_t> hopsFrom(const topology::Topology& topology, std::size_t from) {
-  std::vector<std::int64_t> hops(topology.size(), -1);
-  std::deque<std::size_t> queue{from};
-  hops[from] = 0;
-  while (!queue.empty()) {
-    const std::size_t at = queue.front();
-    queue.pop_front();
-    for (const topology::Neighbor& next : topology.outNeighbors(at)) {
-      if (hops[next.index] >= 0) continue;
-      hops[next.index] = hops[at] + 1;
-      queue.push_back(next.index);
-    }
-  }
-  return hops;
 }
 
 }  // namespace
@@ -51,14 +34,14 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
       params_(std::move(initial)),
       topologySelfWeight_(topology.selfWeight(self)) {
   const auto dimension = static_cast<std::size_t>(params_.size());
-  const std::vector<std::int64_t> hops = hopsFrom(topology, self);
+  const std::vector<std::size_t> hops = topology::hopsFrom(topology, self);
   for (const topology::Neighbor& neighbor : topology.inNeighbors(self)) {
     // A neighbour that hears us (in h hops) runs at most max_lead rounds
     // ahead of each node on the way: lead bound and skip target both stop there.
-    const std::int64_t h =
-        hops[neighbor.index] > 0 ? hops[neighbor.index] : std::int64_t(topology.size());
+    const std::size_t h =
+        hops[neighbor.index] != topology::kUnreachable ? hops[neighbor.index] : topology.size();
     std::int64_t reach = addSaturating(0, options_.skipAhead + 1);
-    for (std::int64_t k = 0; k < h; ++k) reach = addSaturating(reach, options_.maxLead);
+    for (std::size_t k = 0; k < h; ++k) reach = addSaturating(reach, options_.maxLead);
     slots_.push_back({neighbor.index,
                       neighbor.weight,
                       Mailbox<Scalar>(options_.mailboxDepth, dimension),

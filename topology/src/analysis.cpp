@@ -11,31 +11,32 @@ namespace {
 // Longest shortest path (in hops) along arcs j -> i (i mixes j); none if some
 // node cannot reach another.
 std::optional<std::size_t> diameterOf(const Topology& topology) {
-  const std::size_t n = topology.size();
   std::size_t longest = 0;
-  std::vector<std::size_t> distance(n);
-  std::vector<std::size_t> queue;
-  queue.reserve(n);
-  for (std::size_t start = 0; start < n; ++start) {
-    std::fill(distance.begin(), distance.end(), SIZE_MAX);
-    distance[start] = 0;
-    queue.assign(1, start);
-    for (std::size_t head = 0; head < queue.size(); ++head) {
-      const std::size_t at = queue[head];
-      for (const Neighbor& next : topology.outNeighbors(at)) {
-        if (distance[next.index] == SIZE_MAX) {
-          distance[next.index] = distance[at] + 1;
-          queue.push_back(next.index);
-        }
-      }
+  for (std::size_t start = 0; start < topology.size(); ++start) {
+    for (const std::size_t hops : hopsFrom(topology, start)) {
+      if (hops == kUnreachable) return std::nullopt;
+      longest = std::max(longest, hops);
     }
-    if (queue.size() != n) return std::nullopt;
-    longest = std::max(longest, distance[queue.back()]);
   }
   return longest;
 }
 
 }  // namespace
+
+std::vector<std::size_t> hopsFrom(const Topology& topology, std::size_t from) {
+  std::vector<std::size_t> hops(topology.size(), kUnreachable);
+  std::vector<std::size_t> queue{from};
+  hops[from] = 0;
+  for (std::size_t head = 0; head < queue.size(); ++head) {
+    const std::size_t at = queue[head];
+    for (const Neighbor& next : topology.outNeighbors(at)) {
+      if (hops[next.index] != kUnreachable) continue;
+      hops[next.index] = hops[at] + 1;
+      queue.push_back(next.index);
+    }
+  }
+  return hops;
+}
 
 Eigen::MatrixXd mixingMatrix(const Topology& topology) {
   const auto n = static_cast<Eigen::Index>(topology.size());

@@ -45,7 +45,6 @@ class ArrivalHistory {
 
   std::size_t size() const { return rounds_.size(); }
   bool full() const { return rounds_.size() >= window_; }
-  const std::deque<Round>& rounds() const { return rounds_; }
 
   // E[max(C, A_(m))] over the window as of `now`; A_(0) = 0. An estimate
   // still missing counts as arriving now (it is at least that late), at most

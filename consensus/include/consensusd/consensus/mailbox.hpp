@@ -38,8 +38,6 @@ class Mailbox {
   const Entry* newest() const;
   // The entry for exactly `round`, if still held.
   const Entry* exact(std::int64_t round) const;
-  // Oldest round still held (-1 when empty).
-  std::int64_t oldestRound() const;
 
   // Drops entries older than `round`: they can never be used again.
   void discardBefore(std::int64_t round);

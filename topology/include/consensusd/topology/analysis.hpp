@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "consensusd/topology/topology.hpp"
 
@@ -24,6 +25,11 @@ struct Analysis {
   bool doublyStochastic = false;        // columns of W also sum to 1
   std::string hash;
 };
+
+// Hops from `from` to every node along arcs j -> i (the way estimates
+// travel); kUnreachable for a node it cannot reach.
+inline constexpr std::size_t kUnreachable = static_cast<std::size_t>(-1);
+std::vector<std::size_t> hopsFrom(const Topology& topology, std::size_t from);
 
 // Row i holds w_ij (self weight on the diagonal).
 Eigen::MatrixXd mixingMatrix(const Topology& topology);
