@@ -412,7 +412,7 @@ class Runner {
 
   // Only the newest estimate matters: it replaces one still waiting for room.
   void queueEstimate(Link& link, const Outgoing& out) {
-    if (link.estimate) ++sendCounters_["send_superseded"];
+    if (link.estimate) ++sends_["superseded"];
     link.estimate = out;
     flush(link);
   }
@@ -433,7 +433,7 @@ class Runner {
     if (trySend(link.dealer, link.estimate->header, std::move(payload))) {
       link.estimate.reset();
     } else {
-      ++sendCounters_["send_deferred"];
+      ++sends_["deferred"];
     }
   }
 
@@ -494,7 +494,7 @@ class Runner {
       }
       if (link.controls.size() >= kMaxPendingControls) {
         link.controls.pop_front();
-        ++sendCounters_["send_dropped"];
+        ++sends_["dropped"];
       }
       link.controls.push_back(bytes);
       flush(link);
@@ -606,8 +606,8 @@ class Runner {
           values = aligned_.data();
         }
         const consensus::Receipt receipt = engine_->onEstimate(from, h.round, values, now());
-        if (receipt == consensus::Receipt::Stale) ++rejects_["stale"];
-        if (receipt == consensus::Receipt::Duplicate) ++rejects_["duplicate"];
+        if (receipt == consensus::Receipt::Stale) ++discarded_["stale"];
+        if (receipt == consensus::Receipt::Duplicate) ++discarded_["duplicate"];
         return receipt;
       }
       case wire::Kind::Decision:
@@ -627,7 +627,7 @@ class Runner {
       if (!frames.empty() && frames[0].size() >= sizeof event)
         std::memcpy(&event, frames[0].data(), sizeof event);
       if (event == ZMQ_EVENT_DISCONNECTED) {
-        ++rejects_["connection_closed"];
+        ++connectionsClosed_;
       } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
         reject(std::nullopt, wire::Reject::Auth);  // the ZAP handler denied the key
       } else {
@@ -806,7 +806,9 @@ class Runner {
     status->lastCheckpointError = lastCheckpointError_;
     status->acceptFailures = board_.acceptFailures();
     status->classHistogram = histogram_;
-    for (const auto& [name, count] : sendCounters_) status->rejects[name] = count;
+    status->discarded = discarded_;
+    status->sends = sends_;
+    status->connectionsClosed = connectionsClosed_;
     status->history = history_;
     status->configYaml = configYaml_;
     board_.publish(std::move(status));
@@ -931,8 +933,9 @@ class Runner {
                                     {"accuracy", accuracy_},
                                     {"test_loss", testLoss_},
                                     {"rejects", rejects_},
+                                    {"discarded", discarded_},
                                     {"checkpoint_failures", checkpointFailures_},
-                                    {"sends", sendCounters_}};
+                                    {"sends", sends_}};
     if (metrics_) *metrics_ << summary.dump() << '\n';
     publishStatus();
     worker_.reset();
@@ -988,7 +991,10 @@ class Runner {
   std::map<std::string, std::uint64_t> rejects_;
   std::map<std::size_t, std::uint64_t> peerRejects_;
   std::set<std::string> loggedRejects_;
-  std::map<std::string, std::uint64_t> sendCounters_;  // send_deferred, send_superseded, ...
+  std::map<std::string, std::uint64_t>
+      discarded_;                               // well-formed estimates not kept: stale, duplicate
+  std::map<std::string, std::uint64_t> sends_;  // deferred (no room yet), superseded, dropped
+  std::uint64_t connectionsClosed_ = 0;
   bool stopping_ = false;
   bool paused_ = false;
   std::optional<std::pair<std::int64_t, data::Evaluation>> pendingEvaluation_;

@@ -43,6 +43,9 @@ nlohmann::json toJson(const StatusSnapshot& status) {
           {"uptime_s", status.uptimeS},
           {"paused", status.paused},
           {"rejects", status.rejects},
+          {"discarded", status.discarded},
+          {"sends", status.sends},
+          {"connections_closed", status.connectionsClosed},
           {"class_histogram", status.classHistogram},
           {"neighbors", neighborsJson(status)}};
 }

@@ -53,10 +53,17 @@ struct StatusSnapshot {
   double uptimeS = 0;
   bool paused = false;
   std::vector<NeighborStatus> neighbors;
-  std::map<std::string, std::uint64_t> rejects;  // by reason
-  std::vector<std::size_t> classHistogram;       // this node's training samples per class
-  std::deque<nlohmann::json> history;            // recent round records
-  std::string configYaml;                        // the effective config
+  // Messages refused (malformed, foreign, implausible), by reason.
+  std::map<std::string, std::uint64_t> rejects;
+  // Well-formed estimates not kept (normal under asynchrony): stale, duplicate.
+  std::map<std::string, std::uint64_t> discarded;
+  // Outgoing: deferred (queue full, sent later), superseded (a newer round
+  // replaced it before it left), dropped (a control message the bound let go).
+  std::map<std::string, std::uint64_t> sends;
+  std::uint64_t connectionsClosed = 0;      // by peers or by ZeroMQ (oversized frames)
+  std::vector<std::size_t> classHistogram;  // this node's training samples per class
+  std::deque<nlohmann::json> history;       // recent round records
+  std::string configYaml;                   // the effective config
 };
 
 nlohmann::json toJson(const StatusSnapshot& status);

@@ -42,13 +42,15 @@ void printStatus(const nlohmann::json& s) {
               fixed(s.value("loss", -1.0), 4).c_str(), fixed(s.value("accuracy", -1.0), 4).c_str(),
               fixed(s.value("consensus_distance", -1.0), 5).c_str(),
               static_cast<long long>(s.value("last_checkpoint_round", -1LL)));
-  std::string rejects;
-  const nlohmann::json counts =
-      s.value("rejects", nlohmann::json::object());  // a local: items() must not dangle
-  for (const auto& [reason, count] : counts.items()) {
-    rejects += " " + reason + "=" + count.dump();
+  // Each counter map on one line: refused messages apart from the normal
+  // discards of asynchrony and the send queue's events.
+  for (const char* group : {"rejects", "discarded", "sends"}) {
+    std::string line;
+    const nlohmann::json counts =
+        s.value(group, nlohmann::json::object());  // a local: items() must not dangle
+    for (const auto& [name, count] : counts.items()) line += " " + name + "=" + count.dump();
+    std::printf("%s:%s\n", group, line.empty() ? " none" : line.c_str());
   }
-  std::printf("rejects:%s\n", rejects.empty() ? " none" : rejects.c_str());
 }
 
 void printNeighbors(const nlohmann::json& list) {

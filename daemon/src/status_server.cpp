@@ -227,11 +227,24 @@ std::string prometheusText(const StatusSnapshot& status) {
          one(static_cast<double>(status.acceptFailures)));
   metric("consensusd_uptime_seconds", "gauge", "Seconds since the daemon started.",
          one(status.uptimeS));
-  std::vector<std::pair<std::string, double>> rejects;
-  for (const auto& [reason, count] : status.rejects) {
-    rejects.emplace_back(",reason=\"" + reason + "\"", static_cast<double>(count));
-  }
-  metric("consensusd_dropped_messages_total", "counter", "Messages dropped, by reason.", rejects);
+  const auto labelled = [](const std::map<std::string, std::uint64_t>& counts, const char* label) {
+    std::vector<std::pair<std::string, double>> samples;
+    for (const auto& [name, count] : counts)
+      samples.emplace_back("," + std::string(label) + "=\"" + name + "\"",
+                           static_cast<double>(count));
+    return samples;
+  };
+  metric("consensusd_rejected_messages_total", "counter",
+         "Messages refused (malformed, foreign, implausible), by reason.",
+         labelled(status.rejects, "reason"));
+  metric("consensusd_discarded_estimates_total", "counter",
+         "Well-formed estimates not kept (stale, duplicate), by reason.",
+         labelled(status.discarded, "reason"));
+  metric("consensusd_send_events_total", "counter",
+         "Outgoing messages deferred, superseded or dropped, by event.",
+         labelled(status.sends, "event"));
+  metric("consensusd_connections_closed_total", "counter", "Connections to the ROUTER that closed.",
+         one(static_cast<double>(status.connectionsClosed)));
   std::vector<std::pair<std::string, double>> received;
   std::vector<std::pair<std::string, double>> mixed;
   for (const NeighborStatus& n : status.neighbors) {
