@@ -1,4 +1,4 @@
-#include "checkpoint.hpp"
+#include "consensusd/daemon/checkpoint.hpp"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -8,13 +8,13 @@
 
 #include <iostream>
 
-#include "cli.hpp"
 #include "consensusd/config/load.hpp"
 #include "consensusd/config/params.hpp"
+#include "consensusd/daemon/command_line.hpp"
+#include "consensusd/daemon/curve.hpp"
+#include "consensusd/daemon/status_server.hpp"
 #include "consensusd/data/dataset.hpp"
-#include "curve.hpp"
 #include "node.hpp"
-#include "status_server.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "curve.hpp"
+#include "consensusd/daemon/curve.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -17,16 +17,16 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "checkpoint.hpp"
 #include "consensusd/config/params.hpp"
 #include "consensusd/consensus/round_engine.hpp"
 #include "consensusd/consensus/straggler.hpp"
+#include "consensusd/daemon/checkpoint.hpp"
+#include "consensusd/daemon/curve.hpp"
+#include "consensusd/daemon/status_server.hpp"
+#include "consensusd/daemon/wire.hpp"
 #include "consensusd/data/partition.hpp"
 #include "consensusd/version.hpp"
-#include "curve.hpp"
 #include "service_notify.hpp"
-#include "status_server.hpp"
-#include "wire.hpp"
 
 namespace consensusd::daemon {
 namespace {

@@ -10,7 +10,7 @@
 //     StatusBoard and posts commands to it.
 
 #include "consensusd/config/load.hpp"
-#include "status.hpp"
+#include "consensusd/daemon/status.hpp"
 
 namespace consensusd::daemon {
 

@@ -1,4 +1,4 @@
-#include "status.hpp"
+#include "consensusd/daemon/status.hpp"
 
 namespace consensusd::daemon {
 

@@ -1,4 +1,4 @@
-#include "status_server.hpp"
+#include "consensusd/daemon/status_server.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>

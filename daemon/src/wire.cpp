@@ -1,4 +1,4 @@
-#include "wire.hpp"
+#include "consensusd/daemon/wire.hpp"
 
 #include <array>
 #include <cmath>

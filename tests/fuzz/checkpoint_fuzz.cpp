@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <span>
 
-#include "checkpoint.hpp"
+#include "consensusd/daemon/checkpoint.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace consensusd;

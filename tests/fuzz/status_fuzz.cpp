@@ -9,7 +9,7 @@
 
 #include "consensusd/config/load.hpp"
 #include "consensusd/config/params.hpp"
-#include "status_server.hpp"
+#include "consensusd/daemon/status_server.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace consensusd;

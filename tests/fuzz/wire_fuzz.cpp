@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <span>
 
-#include "wire.hpp"
+#include "consensusd/daemon/wire.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace consensusd;

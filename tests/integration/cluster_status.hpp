@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "cluster.hpp"
-#include "status_client.hpp"
+#include "consensusd/ctl/status_client.hpp"
 
 namespace consensusd::testing {
 

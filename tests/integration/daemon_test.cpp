@@ -17,9 +17,9 @@
 
 #include "cluster.hpp"
 #include "cluster_status.hpp"
+#include "consensusd/ctl/status_client.hpp"
+#include "consensusd/daemon/wire.hpp"
 #include "peers.hpp"
-#include "status_client.hpp"
-#include "wire.hpp"
 
 using consensusd::cli::askDaemon;
 using consensusd::testing::answers;

@@ -10,8 +10,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "consensusd/ctl/status_client.hpp"
 #include "process.hpp"
-#include "status_client.hpp"
 
 using consensusd::cli::askDaemon;
 using consensusd::testing::Child;

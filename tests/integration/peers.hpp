@@ -17,7 +17,7 @@
 #include <zmq.hpp>
 
 #include "cluster.hpp"
-#include "wire.hpp"
+#include "consensusd/daemon/wire.hpp"
 
 namespace consensusd::testing {
 

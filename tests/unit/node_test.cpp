@@ -10,10 +10,10 @@
 #include <limits>
 #include <span>
 
-#include "checkpoint.hpp"
+#include "consensusd/daemon/checkpoint.hpp"
+#include "consensusd/daemon/status_server.hpp"
+#include "consensusd/daemon/wire.hpp"
 #include "process.hpp"
-#include "status_server.hpp"
-#include "wire.hpp"
 
 using namespace consensusd;
 using consensusd::testing::TempDir;

@@ -1,4 +1,4 @@
-#include "status_client.hpp"
+#include "consensusd/ctl/status_client.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>

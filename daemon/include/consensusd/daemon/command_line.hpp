@@ -1,5 +1,5 @@
 #pragma once
-// What every command-line front end shares: exit codes (sysexits.h) and
+// What both programs (consensusd, consensusctl) share: exit codes (sysexits.h) and
 // running a CLI11 app so that usage errors, bad input and bugs each end
 // with one line on stderr and the right code.
 
@@ -7,9 +7,6 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
-#include <vector>
-
-#include "consensusd/topology/topology.hpp"
 
 namespace consensusd::cli {
 
@@ -32,16 +29,5 @@ int run(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
 
 // Adds --version printing the program name and version.
 void addVersionFlag(CLI::App& app);
-
-// `--straggler NODE=KEY=VALUE[,KEY=VALUE]` (and `all=...` when allowed): one
-// straggler model per flag and node it names, as `straggler.KEY=VALUE`
-// overrides, in flag order. A node not in the topology is a UsageError; the
-// keys are checked by the config schema.
-struct StragglerFlag {
-  std::size_t node = 0;  // topology index
-  std::vector<std::string> overrides;
-};
-std::vector<StragglerFlag> stragglerFlags(const std::vector<std::string>& specs,
-                                          const topology::Topology& graph, bool allowAll);
 
 }  // namespace consensusd::cli

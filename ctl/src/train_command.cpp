@@ -6,9 +6,9 @@
 #include <iostream>
 #include <memory>
 
-#include "cli.hpp"
 #include "consensusd/config/load.hpp"
 #include "consensusd/config/params.hpp"
+#include "consensusd/daemon/command_line.hpp"
 
 namespace consensusd::cli {
 namespace {

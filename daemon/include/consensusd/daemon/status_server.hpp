@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "status.hpp"
+#include "consensusd/daemon/status.hpp"
 
 namespace consensusd::daemon {
 

@@ -8,13 +8,14 @@
 #include <map>
 #include <sstream>
 
-#include "cli.hpp"
 #include "consensusd/config/load.hpp"
 #include "consensusd/config/params.hpp"
+#include "consensusd/daemon/command_line.hpp"
 #include "consensusd/data/partition.hpp"
 #include "consensusd/data/source.hpp"
 #include "consensusd/sim/simulator.hpp"
 #include "consensusd/topology/yaml_io.hpp"
+#include "straggler_flags.hpp"
 
 namespace consensusd::cli {
 namespace {

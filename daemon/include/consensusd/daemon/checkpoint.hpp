@@ -17,7 +17,7 @@
 #include <variant>
 #include <vector>
 
-#include "wire.hpp"
+#include "consensusd/daemon/wire.hpp"
 
 namespace consensusd::daemon {
 

@@ -1,7 +1,7 @@
 // consensusctl: the operator's and researcher's tool (DESIGN.md §7).
 
-#include "cli.hpp"
 #include "compose_command.hpp"
+#include "consensusd/daemon/command_line.hpp"
 #include "keygen_command.hpp"
 #include "simulate_command.hpp"
 #include "status_commands.hpp"

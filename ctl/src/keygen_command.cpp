@@ -9,10 +9,10 @@
 #include <fstream>
 #include <iostream>
 
-#include "cli.hpp"
 #include "consensusd/config/load.hpp"
+#include "consensusd/daemon/command_line.hpp"
+#include "consensusd/daemon/curve.hpp"
 #include "consensusd/topology/yaml_io.hpp"
-#include "curve.hpp"
 
 namespace consensusd::cli {
 namespace {

@@ -5,10 +5,10 @@
 #include <memory>
 #include <thread>
 
-#include "cli.hpp"
 #include "consensusd/config/load.hpp"
+#include "consensusd/ctl/status_client.hpp"
+#include "consensusd/daemon/command_line.hpp"
 #include "consensusd/topology/yaml_io.hpp"
-#include "status_client.hpp"
 
 namespace consensusd::cli {
 namespace {

@@ -6,9 +6,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "cli.hpp"
 #include "consensusd/config/load.hpp"
+#include "consensusd/daemon/command_line.hpp"
 #include "consensusd/topology/yaml_io.hpp"
+#include "straggler_flags.hpp"
 
 namespace consensusd::cli {
 namespace {

@@ -6,7 +6,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "cli.hpp"
+#include "consensusd/daemon/command_line.hpp"
 #include "consensusd/schema/input_error.hpp"
 #include "consensusd/topology/analysis.hpp"
 #include "consensusd/topology/generators.hpp"
