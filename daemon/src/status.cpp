@@ -42,6 +42,7 @@ nlohmann::json toJson(const StatusSnapshot& status) {
           {"accept_failures", status.acceptFailures},
           {"uptime_s", status.uptimeS},
           {"paused", status.paused},
+          {"accepted", status.accepted},
           {"rejects", status.rejects},
           {"discarded", status.discarded},
           {"sends", status.sends},

@@ -234,6 +234,9 @@ std::string prometheusText(const StatusSnapshot& status) {
                            static_cast<double>(count));
     return samples;
   };
+  metric("consensusd_accepted_messages_total", "counter",
+         "Messages that passed validation and the round check (estimates and controls).",
+         one(static_cast<double>(status.accepted)));
   metric("consensusd_rejected_messages_total", "counter",
          "Messages refused (malformed, foreign, implausible), by reason.",
          labelled(status.rejects, "reason"));

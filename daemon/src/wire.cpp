@@ -155,7 +155,7 @@ std::optional<Reject> validate(const Header& header, std::span<const std::byte> 
   if (header.dimension != expect.dimension) return Reject::Dimension;
   if (header.kind != Kind::Estimate)
     return payload.empty() ? std::nullopt : std::optional(Reject::Length);
-  if (header.round < 0) return Reject::Stale;
+  if (header.round < 0) return Reject::Round;
   if (payload.size() != header.payloadBytes ||
       payload.size() != expect.dimension * bytesPer(expect.dtype)) {
     return Reject::Length;
@@ -193,10 +193,6 @@ const char* toString(Reject reason) {
       return "checksum";
     case Reject::NonFinite:
       return "non_finite";
-    case Reject::Stale:
-      return "stale";
-    case Reject::Duplicate:
-      return "duplicate";
     case Reject::Handshake:
       return "handshake";
     case Reject::Auth:

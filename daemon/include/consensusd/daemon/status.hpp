@@ -53,6 +53,7 @@ struct StatusSnapshot {
   double uptimeS = 0;
   bool paused = false;
   std::vector<NeighborStatus> neighbors;
+  std::uint64_t accepted = 0;  // messages that passed validation and the round check
   // Messages refused (malformed, foreign, implausible), by reason.
   std::map<std::string, std::uint64_t> rejects;
   // Well-formed estimates not kept (normal under asynchrony): stale, duplicate.

@@ -58,12 +58,12 @@ enum class Reject {
   Length,  // payload size disagrees with dimension x dtype
   Checksum,
   NonFinite,
-  Stale,
-  Duplicate,
   Handshake,  // the connection failed the ZMTP handshake (junk bytes, another mechanism)
   Auth,       // CURVE: the ZAP handler denied the key (not a neighbour's)
-  Round,      // a round the sender cannot honestly have reached (docs/protocol.md)
+  Round,      // negative, or one the sender cannot honestly have reached (docs/protocol.md)
 };
+// How many reasons there are (Round stays last): counters are indexed by them.
+inline constexpr std::size_t kRejectReasons = static_cast<std::size_t>(Reject::Round) + 1;
 const char* toString(Reject reason);
 
 struct Expectation {

@@ -1,0 +1,81 @@
+#include "telemetry.hpp"
+
+namespace consensusd::daemon {
+namespace {
+
+double ms(consensus::Duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+}  // namespace
+
+Telemetry::Telemetry(std::string metricsFile) : metricsFile_(std::move(metricsFile)) {}
+
+void Telemetry::onEvaluation(std::int64_t round, const data::Evaluation& evaluation) {
+  owner_.check();
+  pendingEvaluation_ = {round, evaluation};
+}
+
+void Telemetry::onRecord(const consensus::RoundRecord& record) {
+  owner_.check();
+  ++finishedRounds_;
+  lossEwma_ = finishedRounds_ == 1 ? record.loss : lossEwma_ + 0.05 * (record.loss - lossEwma_);
+  lastRecord_ = record;
+  nlohmann::json line = {{"t", std::chrono::duration<double>(record.end).count()},
+                         {"round", record.round},
+                         {"next", record.nextRound},
+                         {"loss", record.loss},
+                         {"target", record.target},
+                         {"responders", record.responders.size()},
+                         {"live", record.live},
+                         {"duration_ms", ms(record.end - record.start)},
+                         {"compute_ms", ms(record.compute)},
+                         {"blocked_ms", ms(record.blocked)},
+                         {"distance", record.consensusDistance},
+                         {"skipped", record.skipped}};
+  if (pendingEvaluation_ && pendingEvaluation_->first == record.round) {
+    accuracy_ = pendingEvaluation_->second.accuracy;
+    testLoss_ = pendingEvaluation_->second.loss;
+    line["accuracy"] = accuracy_;
+    line["test_loss"] = testLoss_;
+    pendingEvaluation_.reset();
+  }
+  write(line);
+  history_.push_back(std::move(line));
+  while (history_.size() > kHistory) history_.pop_front();
+  // Rounds per second over the history window (skips count as rounds).
+  const double span = history_.back()["t"].get<double>() - history_.front()["t"].get<double>();
+  const auto rounds =
+      history_.back()["next"].get<std::int64_t>() - history_.front()["next"].get<std::int64_t>();
+  rate_ = span > 0 ? static_cast<double>(rounds) / span : 0.0;
+}
+
+void Telemetry::setFinal(const data::Evaluation& evaluation) {
+  owner_.check();
+  accuracy_ = evaluation.accuracy;
+  testLoss_ = evaluation.loss;
+}
+
+void Telemetry::writeSummary(const nlohmann::json& summary) {
+  owner_.check();
+  write(summary);
+}
+
+void Telemetry::write(const nlohmann::json& line) {
+  if (metricsFile_.empty()) return;
+  if (!metrics_) metrics_ = std::make_unique<std::ofstream>(metricsFile_, std::ios::app);
+  *metrics_ << line.dump() << '\n';
+}
+
+void Telemetry::fill(StatusSnapshot& status) const {
+  owner_.check();
+  status.responders = lastRecord_ ? lastRecord_->responders.size() : 0;
+  status.loss = lossEwma_;
+  status.accuracy = accuracy_;
+  status.testLoss = testLoss_;
+  status.consensusDistance = lastRecord_ ? lastRecord_->consensusDistance : 0;
+  status.roundsPerSecond = rate_;
+  status.history = history_;
+}
+
+}  // namespace consensusd::daemon

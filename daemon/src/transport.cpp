@@ -1,0 +1,386 @@
+#include "transport.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+#include <random>
+#include <zmq_addon.hpp>
+
+#include "consensusd/daemon/status_server.hpp"
+
+namespace consensusd::daemon {
+namespace {
+
+using consensus::Time;
+
+// 64 random bits: a routing id nobody can claim before us (a restart, or a
+// reconnect after an outage, never meets a stale connection's id).
+std::string randomHex() {
+  std::random_device device;
+  const std::uint64_t bits = (std::uint64_t{device()} << 32) | device();
+  return fmt::format("{:016x}", bits);
+}
+
+bool trySend(zmq::socket_t& dealer, const std::array<std::byte, wire::kHeaderSize>& header,
+             zmq::message_t payload) {
+  // The high-water mark is checked on the first frame only: the second cannot fail on it.
+  if (!dealer.send(zmq::buffer(header), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+    return false;
+  return dealer.send(payload, zmq::send_flags::dontwait).has_value();
+}
+
+template <std::size_t N, class Enum>
+std::map<std::string, std::uint64_t> named(const std::array<std::uint64_t, N>& counts,
+                                           const char* (*name)(Enum)) {
+  std::map<std::string, std::uint64_t> out;
+  for (std::size_t i = 0; i < N; ++i)
+    if (counts[i] > 0) out[name(static_cast<Enum>(i))] = counts[i];
+  return out;
+}
+
+}  // namespace
+
+const char* toString(SendEvent event) {
+  switch (event) {
+    case SendEvent::Superseded:
+      return "superseded";
+    case SendEvent::Deferred:
+      return "deferred";
+    case SendEvent::Dropped:
+      return "dropped";
+  }
+  return "?";
+}
+
+const char* toString(Discard discard) {
+  return discard == Discard::Stale ? "stale" : "duplicate";
+}
+
+std::map<std::string, std::uint64_t> TrafficCounters::rejects() const {
+  return named<wire::kRejectReasons, wire::Reject>(rejected, &wire::toString);
+}
+std::map<std::string, std::uint64_t> TrafficCounters::discards() const {
+  return named<2, Discard>(discarded, &daemon::toString);
+}
+std::map<std::string, std::uint64_t> TrafficCounters::sendEvents() const {
+  return named<3, SendEvent>(sends, &daemon::toString);
+}
+
+Transport::Transport(const topology::Topology& topology, std::size_t self, TransportOptions options)
+    : topology_(topology), self_(self), options_(std::move(options)) {
+  for (const topology::Neighbor& in : topology_.inNeighbors(self_)) {
+    peerIndex_[topology_.node(in.index).id] = in.index;
+    peerBySender_[static_cast<std::uint32_t>(in.index)] = in.index;
+    counters_.rejectedFrom[in.index] = 0;
+  }
+  openRouter();
+  connectDealers();
+}
+
+Transport::~Transport() {
+  links_.clear();  // DEALERs linger briefly: a BYE still gets out
+  zmq_socket_monitor(router_.handle(), nullptr, 0);
+  monitor_.close();
+  router_.close();
+  zap_.reset();
+}
+
+void Transport::openRouter() {
+  const std::size_t maxMessage = std::min<std::size_t>(
+      options_.expect.dimension * wire::bytesPer(options_.expect.dtype) + 4096, INT32_MAX);
+  router_ = zmq::socket_t(context_, zmq::socket_type::router);
+  router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(maxMessage));
+  router_.set(zmq::sockopt::rcvhwm, 64);
+  // A second connection with a live connection's routing id is refused
+  // (handover would drop the live one, and libzmq 4.3.4 can assert under
+  // repeated handovers); our DEALERs' ids carry a random part, so only a
+  // copy of a live id clashes. docs/protocol.md, "Identities".
+  router_.set(zmq::sockopt::router_handover, 0);
+  router_.set(zmq::sockopt::linger, 0);
+  router_.set(zmq::sockopt::heartbeat_ivl, 1000);
+  router_.set(zmq::sockopt::heartbeat_timeout, 5000);
+  if (options_.curve) {
+    // Admitted: the in-neighbours' keys; the handler answers before the first connection.
+    std::map<std::string, std::string> admitted;
+    for (const topology::Neighbor& in : topology_.inNeighbors(self_))
+      admitted.emplace(topology_.node(in.index).publicKey, topology_.node(in.index).id);
+    zap_ = std::make_unique<curve::ZapHandler>(context_, std::move(admitted));
+    curve::makeServer(router_, *options_.curve);
+  }
+  // What never reaches recv: junk that fails the ZMTP handshake, and
+  // connections ZeroMQ closes (a frame over MAXMSGSIZE ends here).
+  const std::string monitorEndpoint = "inproc://router-monitor";
+  if (zmq_socket_monitor(router_.handle(), monitorEndpoint.c_str(),
+                         ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                             ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_DISCONNECTED) != 0)
+    throw zmq::error_t();
+  monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
+  monitor_.connect(monitorEndpoint);
+  try {
+    router_.bind(options_.bind);
+  } catch (const zmq::error_t& e) {
+    throw Unavailable("cannot bind " + options_.bind + ": " + e.what());
+  }
+}
+
+void Transport::connectDealers() {
+  const std::string routingId = topology_.node(self_).id + "/" + randomHex();
+  spdlog::info("sending as routing id {}", routingId);
+  for (const topology::Neighbor& out : topology_.outNeighbors(self_)) {
+    zmq::socket_t dealer(context_, zmq::socket_type::dealer);
+    dealer.set(zmq::sockopt::routing_id, routingId);
+    dealer.set(zmq::sockopt::sndhwm, 8);
+    dealer.set(zmq::sockopt::immediate, 1);
+    dealer.set(zmq::sockopt::linger, 200);
+    dealer.set(zmq::sockopt::heartbeat_ivl, 1000);
+    dealer.set(zmq::sockopt::heartbeat_timeout, 5000);
+    dealer.set(zmq::sockopt::reconnect_ivl, 100);
+    dealer.set(zmq::sockopt::reconnect_ivl_max, 2000);
+    if (options_.curve)
+      curve::makeClient(dealer, *options_.curve, topology_.node(out.index).publicKey);
+    dealer.connect(topology_.node(out.index).endpoint);
+    links_.emplace(out.index, Link{std::move(dealer), {}, {}});
+  }
+}
+
+wire::Header Transport::header(wire::Kind kind, std::int64_t round, Time now) const {
+  wire::Header h;
+  h.kind = kind;
+  h.dtype = options_.expect.dtype;
+  h.sender = static_cast<std::uint32_t>(self_);
+  h.round = round;
+  h.dimension = options_.expect.dimension;
+  h.topologyHash = options_.expect.topologyHash;
+  h.sentNs = now.count();
+  return h;
+}
+
+// One buffer per round, shared by every neighbour's send (zero-copy): each
+// message holds a reference, the last send to complete frees it.
+void Transport::publish(std::int64_t round, std::shared_ptr<const void> owner,
+                        std::span<const std::byte> payload, Time now) {
+  owner_.check();
+  wire::Header h = header(wire::Kind::Estimate, round, now);
+  h.payloadBytes = payload.size();
+  h.checksum = wire::checksum(payload.data(), payload.size());
+  Outgoing out{round, now, wire::encode(h), std::move(owner), payload};
+  if (options_.linkDelay > consensus::Duration::zero()) {
+    out.due = now + options_.linkDelay;
+    delayed_.push_back(std::move(out));
+    return;
+  }
+  sendToAll(std::move(out));
+}
+
+void Transport::sendToAll(Outgoing out) {
+  lastSent_ = std::move(out);
+  for (auto& [node, link] : links_) queueEstimate(link, *lastSent_);
+}
+
+void Transport::sendDue(Time now) {
+  owner_.check();
+  while (!delayed_.empty() && delayed_.front().due <= now) {
+    sendToAll(std::move(delayed_.front()));
+    delayed_.pop_front();
+  }
+}
+
+std::optional<Time> Transport::nextDue() const {
+  if (delayed_.empty()) return std::nullopt;
+  return delayed_.front().due;
+}
+
+// Only the newest estimate matters: it replaces one still waiting for room.
+void Transport::queueEstimate(Link& link, const Outgoing& out) {
+  if (link.estimate) ++counters_.sends[static_cast<std::size_t>(SendEvent::Superseded)];
+  link.estimate = out;
+  flush(link);
+}
+
+// Sends what waits on `link` until its queue is full (never blocks).
+void Transport::flush(Link& link) {
+  while (!link.controls.empty()) {
+    if (!trySend(link.dealer, link.controls.front(), zmq::message_t())) return;
+    link.controls.pop_front();
+  }
+  if (!link.estimate) return;
+  auto* hint = new std::shared_ptr<const void>(link.estimate->owner);
+  // ZeroMQ never writes a message it sends: the const_cast only fits its signature.
+  zmq::message_t payload(
+      const_cast<std::byte*>(link.estimate->payload.data()),  // NOLINT(*-const-cast)
+      link.estimate->payload.size(),
+      [](void* /*data*/, void* h) { delete static_cast<std::shared_ptr<const void>*>(h); }, hint);
+  if (trySend(link.dealer, link.estimate->header, std::move(payload))) {
+    link.estimate.reset();
+  } else {
+    ++counters_.sends[static_cast<std::size_t>(SendEvent::Deferred)];
+  }
+}
+
+void Transport::sendControl(wire::Kind kind, std::int64_t round, std::uint64_t flags,
+                            std::optional<std::size_t> only, Time now) {
+  owner_.check();
+  wire::Header h = header(kind, round, now);
+  h.flags = flags;
+  const auto bytes = wire::encode(h);
+  for (auto& [node, link] : links_) {
+    if (only && *only != node) continue;
+    if (kind == wire::Kind::Hello) {
+      if (link.controls.empty() && !link.estimate) trySend(link.dealer, bytes, zmq::message_t());
+      continue;
+    }
+    if (link.controls.size() >= kMaxPendingControls) {
+      link.controls.pop_front();
+      ++counters_.sends[static_cast<std::size_t>(SendEvent::Dropped)];
+    }
+    link.controls.push_back(bytes);
+    flush(link);
+  }
+}
+
+Rejected Transport::reject(std::optional<std::size_t> peer, wire::Reject reason,
+                           const std::string& detail) {
+  ++counters_.rejected[static_cast<std::size_t>(reason)];
+  if (peer) ++counters_.rejectedFrom[*peer];
+  const std::string who = peer ? topology_.node(*peer).id : std::string("?");
+  if (loggedRejects_.insert(who + "/" + wire::toString(reason)).second) {
+    spdlog::warn("dropping messages from {}: {}{}", peer ? who : std::string("an unknown peer"),
+                 wire::toString(reason), detail.empty() ? "" : " (" + detail + ")");
+  }
+  return {peer, reason};
+}
+
+// Who sent a message. With CURVE the peer is who its key says (the ZAP
+// User-Id), and the routing id must not name anybody else. Without, the
+// routing id ("n1/<random>", see connectDealers) names the neighbour. When
+// libzmq refuses a connection's duplicate id it later takes the first data
+// frame as the id: a routing id of a header's size then names nobody, and
+// the header's sender is checked instead (a later reconnect is not lost).
+Transport::Identity Transport::identify(const std::vector<zmq::message_t>& frames) const {
+  const std::string routingId = frames[0].to_string();
+  const std::string named = routingId.substr(0, routingId.rfind('/'));
+  Identity who{(zap_ && frames.size() > 1 ? curve::userIdOf(frames[1]) : named).substr(0, 64),
+               std::nullopt};
+  if (const auto it = peerIndex_.find(who.name); it != peerIndex_.end()) who.peer = it->second;
+  who.foreignId = zap_ && named != who.name;
+  return who;
+}
+
+std::optional<std::variant<Inbound, Rejected>> Transport::receive() {
+  owner_.check();
+  std::vector<zmq::message_t> frames;
+  if (!zmq::recv_multipart(router_, std::back_inserter(frames), zmq::recv_flags::dontwait))
+    return std::nullopt;
+  const Identity who = identify(frames);
+  std::optional<std::size_t> from = who.peer;
+  const bool misread = !zap_ && frames[0].size() == wire::kHeaderSize;
+  if (!from && (!misread || frames.size() != 3))
+    return reject(std::nullopt, wire::Reject::NotNeighbor, "identity '" + who.name + "'");
+  if (who.foreignId)  // a key may only use its own node's id
+    return reject(from, wire::Reject::Sender, "routing id of another node");
+  if (frames.size() != 3) return reject(from, wire::Reject::Frames);
+  const std::span header(static_cast<const std::byte*>(frames[1].data()), frames[1].size());
+  const std::span payload(static_cast<const std::byte*>(frames[2].data()), frames[2].size());
+  const auto decoded = wire::decodeHeader(header);
+  if (const auto* why = std::get_if<wire::Reject>(&decoded)) return reject(from, *why);
+  const wire::Header& h = std::get<wire::Header>(decoded);
+  if (!from) {  // a routing id that names nobody: the header's sender is all there is
+    if (const auto it = peerBySender_.find(h.sender); it != peerBySender_.end()) from = it->second;
+  }
+  if (!from) return reject(std::nullopt, wire::Reject::NotNeighbor, "identity '" + who.name + "'");
+  if (h.sender != *from)
+    return reject(from, wire::Reject::Sender, "header claims node " + std::to_string(h.sender));
+  if (const auto why = wire::validate(h, payload, options_.expect))
+    return reject(from, *why,
+                  *why == wire::Reject::Topology ? "their topology hash differs from ours" : "");
+  return Inbound{*from, h, std::move(frames[2])};
+}
+
+void Transport::settle(const Inbound& message, consensus::Receipt receipt, Time now) {
+  owner_.check();
+  if (receipt == consensus::Receipt::Implausible) {
+    reject(message.from, wire::Reject::Round, "round " + std::to_string(message.header.round));
+    return;
+  }
+  ++counters_.accepted;
+  if (receipt == consensus::Receipt::Stale)
+    ++counters_.discarded[static_cast<std::size_t>(Discard::Stale)];
+  if (receipt == consensus::Receipt::Duplicate)
+    ++counters_.discarded[static_cast<std::size_t>(Discard::Duplicate)];
+  welcome(message.from, now);
+  if (message.header.kind == wire::Kind::Hello)
+    onKeepAliveRound(message.from, message.header.round);
+  if (message.header.kind == wire::Kind::Bye)
+    spdlog::info("{} said goodbye", topology_.node(message.from).id);
+}
+
+// A neighbour heard for the first time, or again after a silence: it may
+// have missed our estimate (not yet connected, restarted), so send it again.
+void Transport::welcome(std::size_t peer, Time now) {
+  const auto heard = lastHeard_.find(peer);
+  const bool returning = heard == lastHeard_.end() || now - heard->second > options_.peerTimeout;
+  lastHeard_[peer] = now;
+  if (!returning) return;
+  if (heard != lastHeard_.end()) spdlog::info("{} is back", topology_.node(peer).id);
+  resendTo(peer);
+}
+
+void Transport::resendTo(std::size_t peer) {
+  if (const auto link = links_.find(peer); link != links_.end() && lastSent_)
+    queueEstimate(link->second, *lastSent_);
+}
+
+// A neighbour whose keep-alives report the same round twice in a row is
+// stuck; if our newest estimate is one it can use, it may have been lost
+// with a dropped connection: send it again (at most once per keep-alive).
+void Transport::onKeepAliveRound(std::size_t peer, std::int64_t round) {
+  const auto [previous, fresh] = helloRounds_.try_emplace(peer, round);
+  if (fresh) return;
+  const bool stuck = previous->second == round;
+  previous->second = round;
+  if (stuck && lastSent_ && lastSent_->round >= round - options_.staleness) resendTo(peer);
+}
+
+void Transport::receiveEvents() {
+  std::vector<zmq::message_t> frames;
+  while (zmq::recv_multipart(monitor_, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
+    std::uint16_t event = 0;
+    if (!frames.empty() && frames[0].size() >= sizeof event)
+      std::memcpy(&event, frames[0].data(), sizeof event);
+    if (event == ZMQ_EVENT_DISCONNECTED) {
+      ++counters_.connectionsClosed;
+    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+      reject(std::nullopt, wire::Reject::Auth);  // the ZAP handler denied the key
+    } else {
+      reject(std::nullopt, wire::Reject::Handshake);
+    }
+    frames.clear();
+  }
+}
+
+void Transport::append(std::vector<zmq::pollitem_t>& items) {
+  owner_.check();
+  items.push_back({router_.handle(), 0, ZMQ_POLLIN, 0});
+  items.push_back({monitor_.handle(), 0, ZMQ_POLLIN, 0});
+  items.push_back(
+      {zap_ ? zap_->socket().handle() : nullptr, -1, static_cast<short>(zap_ ? ZMQ_POLLIN : 0), 0});
+  // Links with something waiting are polled for room in their queue.
+  waiting_.clear();
+  for (auto& [node, link] : links_) {
+    if (!link.estimate && link.controls.empty()) continue;
+    items.push_back({link.dealer.handle(), 0, ZMQ_POLLOUT, 0});
+    waiting_.push_back(&link);
+  }
+}
+
+bool Transport::serve(std::span<const zmq::pollitem_t> items) {
+  owner_.check();
+  if (items[1].revents & ZMQ_POLLIN) receiveEvents();
+  if (items[2].revents & ZMQ_POLLIN) zap_->answer();
+  for (std::size_t w = 0; w < waiting_.size(); ++w)
+    if (items[3 + w].revents & ZMQ_POLLOUT) flush(*waiting_[w]);
+  return (items[0].revents & ZMQ_POLLIN) != 0;
+}
+
+}  // namespace consensusd::daemon
