@@ -11,7 +11,7 @@
 #include "checkpoint_writer.hpp"
 #include "compute_worker.hpp"
 #include "consensusd/config/params.hpp"
-#include "consensusd/consensus/round_engine.hpp"
+#include "consensusd/consensus/driver.hpp"
 #include "consensusd/daemon/status_server.hpp"
 #include "consensusd/daemon/wire.hpp"
 #include "consensusd/data/partition.hpp"
@@ -221,7 +221,13 @@ class Runner {
     }
   }
 
-  void onRecord(const consensus::RoundRecord& record) {
+  // consensus::step calls these: this node's side of a step.
+ public:
+  void decided(const consensus::Decision& d) {  // symmetric mixing
+    transport_->sendControl(wire::Kind::Decision, d.round, d.used ? 1 : 0, d.node, now());
+  }
+  void finished(const consensus::RoundRecord& record) {
+    finishedRound_ = true;
     telemetry_.onRecord(record);
     const std::int64_t every = cfg_.checkpoint.everyRounds;
     if (every > 0 && record.nextRound / every != record.round / every) trySaveCheckpoint();
@@ -234,7 +240,14 @@ class Runner {
       stopping_ = true;
     }
   }
+  bool mayStart() const { return !paused_ && !stopping_; }
+  void started(std::int64_t round, const Vector& params) {
+    publish(round, params);
+    const std::int64_t every = cfg_.train.evalEveryRounds;
+    worker_->submit(round, params, every > 0 && round % every == 0);
+  }
 
+ private:
   void publishStatus() {
     auto status = std::make_shared<StatusSnapshot>();
     const Time t = now();
@@ -309,23 +322,12 @@ class Runner {
       }
       handleCommands();
       if (stopping_) break;
-      const auto record = engine_->tryFinish(t);
-      for (const consensus::Decision& d : engine_->takeDecisions())  // symmetric mixing
-        transport_->sendControl(wire::Kind::Decision, d.round, d.used ? 1 : 0, d.node, t);
-      if (record) {
-        onRecord(*record);
-        if (t >= nextStatus_) {
-          publishStatus();
-          nextStatus_ = t + kStatusEvery;
-        }
-        continue;
-      }
-      if (!paused_) {
-        if (auto start = engine_->tryStart(t)) {
-          publish(start->round, *start->params);
-          const std::int64_t every = cfg_.train.evalEveryRounds;
-          worker_->submit(start->round, *start->params, every > 0 && start->round % every == 0);
-        }
+      finishedRound_ = false;
+      const std::optional<Time> engineWake = consensus::step(*engine_, t, *this);
+      if (stopping_) break;  // a stop condition came with the round
+      if (finishedRound_ && t >= nextStatus_) {
+        publishStatus();
+        nextStatus_ = t + kStatusEvery;
       }
       if (t >= nextProgress) {
         const double accuracy = telemetry_.accuracy();
@@ -344,15 +346,15 @@ class Runner {
         spdlog::info("reached train.max_time_s = {}", cfg_.train.maxTimeS);
         break;
       }
-      waitForEvents(std::min({nextHello, nextProgress, statusRefresh_}));
+      Time wake = std::min({nextHello, nextProgress, statusRefresh_});
+      if (engineWake) wake = std::min(wake, *engineWake);
+      waitForEvents(wake);
     }
   }
 
   // Sleeps in poll until a socket, the compute thread, a signal or a
-  // command needs us, or until `wake` (or the engine's own next deadline).
+  // command needs us, or until `wake`.
   void waitForEvents(Time wake) {
-    const Time t = now();
-    if (auto next = engine_->nextWakeup(t)) wake = std::min(wake, *next);
     if (auto due = transport_->nextDue()) wake = std::min(wake, *due);
     if (service_.nextFeed() != Clock::time_point::max())
       wake = std::min(wake, std::chrono::duration_cast<Time>(service_.nextFeed() - started_));
@@ -425,8 +427,9 @@ class Runner {
   std::vector<zmq::pollitem_t> pollItems_;
   Vector aligned_;  // an estimate whose frame is not aligned for Scalar
 
-  Time nextStatus_{};     // snapshots after rounds: at most every kStatusEvery
-  Time statusRefresh_{};  // and at least every kStatusRefresh
+  Time nextStatus_{};           // snapshots after rounds: at most every kStatusEvery
+  Time statusRefresh_{};        // and at least every kStatusRefresh
+  bool finishedRound_ = false;  // in the current step
   bool stopping_ = false;
   bool paused_ = false;
 };

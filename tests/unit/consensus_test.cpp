@@ -10,6 +10,7 @@
 #include <queue>
 #include <random>
 
+#include "consensusd/consensus/driver.hpp"
 #include "consensusd/consensus/estimators.hpp"
 #include "consensusd/consensus/mixing.hpp"
 #include "consensusd/consensus/round_engine.hpp"
@@ -872,27 +873,35 @@ struct Network {
     events.push({t, counter++, std::move(run)});
   }
 
-  void poke(std::size_t i, double now) {
-    Engine& engine = *engines[i];
-    if (auto record = engine.tryFinish(ms(now))) {
-      ++finished[i];
-      skips[i] += record->skipped ? 1 : 0;
+  // Node i's side of consensus::step, as the daemon and the simulator have theirs.
+  struct NodeDriver {
+    Network& net;
+    std::size_t i;
+    double now;
+    static void decided(const Decision& /*decision*/) {}
+    void finished(const RoundRecord& record) {
+      ++net.finished[i];
+      net.skips[i] += record.skipped ? 1 : 0;
     }
-    if (auto start = engine.tryStart(ms(now))) {
-      const std::int64_t round = start->round;
-      const Eigen::VectorXd values = *start->params;
-      for (const auto& out : topology.outNeighbors(i)) {
-        at(now + latencyMs, [this, i, to = out.index, round, values](double t) {
-          engines[to]->onEstimate(i, round, values.data(), ms(t));
-          poke(to, t);
+    static bool mayStart() { return true; }
+    void started(std::int64_t round, const Eigen::VectorXd& params) {
+      for (const auto& out : net.topology.outNeighbors(i)) {
+        net.at(now + net.latencyMs, [n = &net, from = i, to = out.index, round,
+                                     values = Eigen::VectorXd(params)](double t) {
+          n->engines[to]->onEstimate(from, round, values.data(), ms(t));
+          n->poke(to, t);
         });
       }
-      at(now + computeMs[i], [this, i, round](double t) {
-        engines[i]->onGradient(round, Eigen::VectorXd::Zero(2), 0.0, GradientStats{}, ms(t));
-        poke(i, t);
+      net.at(now + net.computeMs[i], [n = &net, self = i, round](double t) {
+        n->engines[self]->onGradient(round, Eigen::VectorXd::Zero(2), 0.0, GradientStats{}, ms(t));
+        n->poke(self, t);
       });
     }
-    if (auto wake = engine.nextWakeup(ms(now))) {
+  };
+
+  void poke(std::size_t i, double now) {
+    NodeDriver driver{*this, i, now};
+    if (auto wake = step(*engines[i], ms(now), driver)) {
       at(std::chrono::duration<double, std::milli>(*wake).count(),
          [this, i](double t) { poke(i, t); });
     }

@@ -4,7 +4,7 @@
 #include <memory>
 #include <queue>
 
-#include "consensusd/consensus/round_engine.hpp"
+#include "consensusd/consensus/driver.hpp"
 #include "consensusd/data/partition.hpp"
 
 namespace consensusd::sim {
@@ -136,40 +136,53 @@ class Simulation {
                static_cast<double>(bytes) / options_.link.bytesPerSecond));
   }
 
-  // Everything the daemon's loop does for node i at time `now`.
+  // Node i's side of consensus::step: events for what the engine hands back.
+  struct NodeDriver {
+    Simulation& sim;
+    std::size_t i;
+    Time now;
+
+    void decided(const consensus::Decision& d) {
+      sim.push(now + sim.transfer(64), EventKind::Decision, d.node, i, d.round, d.used);
+    }
+    void finished(const consensus::RoundRecord& record) {
+      ++sim.result_.rounds;
+      sim.backups_ +=
+          static_cast<double>(sim.nodes_[i].engine->degree() - record.responders.size());
+      ++sim.recorded_;
+    }
+    static bool mayStart() { return true; }
+    void started(std::int64_t round, const Vector& params) { sim.start(i, round, params, now); }
+  };
+
   void poke(std::size_t i, Time now) {
     Node& node = nodes_[i];
-    Engine& engine = *node.engine;
-    if (auto record = engine.tryFinish(now)) {
-      ++result_.rounds;
-      backups_ += static_cast<double>(engine.degree() - record->responders.size());
-      ++recorded_;
-    }
-    for (const consensus::Decision& d : engine.takeDecisions()) {
-      push(now + transfer(64), EventKind::Decision, d.node, i, d.round, d.used);
-    }
-    if (auto start = engine.tryStart(now)) {
-      const auto payload = std::make_shared<const Vector>(sent(i, *start->params));
-      const Duration arrival = transfer(static_cast<std::size_t>(payload->size()) * sizeof(float));
-      for (const topology::Neighbor& out : topology_.outNeighbors(i)) {
-        push(now + arrival, EventKind::Estimate, out.index, i, start->round, false, payload);
-      }
-      // The gradient is computed now (real) and delivered after its virtual time.
-      data::gather(shares_[i], node.sampler.next(), batch_);
-      node.loss = static_cast<double>(
-          model_.lossAndGradient(*start->params, batch_, node.gradient, &node.stats));
-      node.lossEwma =
-          node.lossSeen ? node.lossEwma + 0.05 * (node.loss - node.lossEwma) : node.loss;
-      node.lossSeen = true;
-      Duration compute = options_.compute;
-      for (consensus::Straggler& straggler : node.stragglers)
-        compute += straggler.extraDelay(start->round, options_.compute);
-      push(now + compute, EventKind::Gradient, i, 0, start->round);
-    }
-    if (auto wake = engine.nextWakeup(now); wake && (!node.wake || *wake < *node.wake)) {
+    NodeDriver driver{*this, i, now};
+    if (auto wake = consensus::step(*node.engine, now, driver);
+        wake && (!node.wake || *wake < *node.wake)) {
       node.wake = *wake;
       push(*wake, EventKind::Wake, i);
     }
+  }
+
+  // Round `round` starts at node i: its estimate leaves for the
+  // out-neighbours, and its gradient is computed now (for real) and
+  // delivered after its virtual time.
+  void start(std::size_t i, std::int64_t round, const Vector& params, Time now) {
+    Node& node = nodes_[i];
+    const auto payload = std::make_shared<const Vector>(sent(i, params));
+    const Duration arrival = transfer(static_cast<std::size_t>(payload->size()) * sizeof(float));
+    for (const topology::Neighbor& out : topology_.outNeighbors(i))
+      push(now + arrival, EventKind::Estimate, out.index, i, round, false, payload);
+    data::gather(shares_[i], node.sampler.next(), batch_);
+    node.loss =
+        static_cast<double>(model_.lossAndGradient(params, batch_, node.gradient, &node.stats));
+    node.lossEwma = node.lossSeen ? node.lossEwma + 0.05 * (node.loss - node.lossEwma) : node.loss;
+    node.lossSeen = true;
+    Duration compute = options_.compute;
+    for (consensus::Straggler& straggler : node.stragglers)
+      compute += straggler.extraDelay(round, options_.compute);
+    push(now + compute, EventKind::Gradient, i, 0, round);
   }
 
   // What node i sends for `params`: the estimate itself, unless it attacks.

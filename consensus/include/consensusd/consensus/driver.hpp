@@ -1,0 +1,39 @@
+#pragma once
+// The one order in which a driver advances a RoundEngine at time `now`:
+// the daemon's engine loop, the simulator and the unit tests' network all
+// call step() whenever something happened to a node (a message, its
+// gradient, a wake-up) and do what it hands back, so the three cannot
+// drift apart.
+//
+//   1. finish the round if its cut-off has come;
+//   2. hand over the decisions symmetric mixing owes the neighbours
+//      (before the record: telling them must not wait for a checkpoint);
+//   3. report the finished round;
+//   4. start the next round unless the driver holds (paused, stopping);
+//   5. return when the engine next needs a step without a message (none:
+//      it waits for a message or the gradient).
+//
+// `Driver` provides:
+//   void decided(const Decision&);
+//   void finished(const RoundRecord&);
+//   bool mayStart();  // asked after finished(): a stop condition holds the start
+//   void started(std::int64_t round, const Vector& params);
+
+#include <optional>
+
+#include "consensusd/consensus/round_engine.hpp"
+
+namespace consensusd::consensus {
+
+template <class Scalar, class Driver>
+std::optional<Time> step(RoundEngine<Scalar>& engine, Time now, Driver& driver) {
+  std::optional<RoundRecord> record = engine.tryFinish(now);
+  for (const Decision& decision : engine.takeDecisions()) driver.decided(decision);
+  if (record) driver.finished(*record);
+  if (driver.mayStart()) {
+    if (auto start = engine.tryStart(now)) driver.started(start->round, *start->params);
+  }
+  return engine.nextWakeup(now);
+}
+
+}  // namespace consensusd::consensus
