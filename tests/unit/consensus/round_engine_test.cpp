@@ -1,0 +1,199 @@
+// The round engine (round_engine.cpp): what it keeps of late, stale, duplicate and future
+// estimates, which round it mixes, policy switches, and the plausible-round horizon.
+
+#include "helpers.hpp"
+
+using namespace consensus_test;
+
+TEST_CASE("late, stale, duplicate and future estimates") {
+  EngineOptions options = withPolicy(PolicyKind::Static);
+  options.policy.backups = 3;
+  options.staleness = 1;
+  Hub hub(options);
+  REQUIRE(hub.engine.tryStart(ms(0)));
+  hub.gradient(ms(0));
+  hub.send(1, 0, 1.0, ms(1));
+  REQUIRE(hub.engine.tryFinish(ms(1)));
+  // n2's round-0 estimate comes after our cut-off: late, still fresh for round 1 (s = 1).
+  hub.send(2, 0, 2.0, ms(2));
+  CHECK(hub.engine.counters(1).late == 1);
+  REQUIRE(hub.engine.tryStart(ms(2)));
+  hub.gradient(ms(2));
+  const auto record = hub.engine.tryFinish(ms(2));
+  REQUIRE(record);
+  CHECK(record->responders == std::vector<std::size_t>{1, 2});  // n1's round 0 is fresh too
+  // Round 2: round-0 estimates are now older than k - s.
+  REQUIRE(hub.engine.tryStart(ms(3)));
+  const Eigen::VectorXd old = Eigen::VectorXd::Constant(3, 9.0);
+  CHECK(hub.engine.onEstimate(3, 0, old.data(), ms(3)) == Receipt::Stale);
+  CHECK(hub.engine.counters(2).stale == 1);
+  hub.send(3, 2, 1.0, ms(3));
+  CHECK(hub.engine.onEstimate(3, 2, old.data(), ms(3)) == Receipt::Duplicate);
+  CHECK(hub.engine.counters(2).duplicate == 1);
+  // A neighbour from the future (round 7) is usable with `newest` mixing.
+  hub.send(4, 7, 1.0, ms(3));
+  hub.gradient(ms(3));
+  const auto future = hub.engine.tryFinish(ms(3));
+  REQUIRE(future);
+  CHECK(std::count(future->responders.begin(), future->responders.end(), 4u) == 1);
+  CHECK(hub.engine.onEstimate(0, 2, old.data(), ms(3)) == Receipt::NotNeighbor);
+}
+
+TEST_CASE("same mixing uses exactly the round-k estimates, newest the newest fresh ones") {
+  for (const MixRound mode : {MixRound::Same, MixRound::Newest}) {
+    CAPTURE(static_cast<int>(mode));
+    EngineOptions options = withPolicy(PolicyKind::Static);
+    options.policy.backups = 3;
+    options.mixRound = mode;
+    Hub hub(options);
+    // n1 is ahead: rounds 0, 1 and 2 arrive before we finish round 0.
+    hub.send(1, 0, 1.0, ms(0));
+    hub.send(1, 1, 10.0, ms(0));
+    hub.send(1, 2, 100.0, ms(0));
+    REQUIRE(hub.engine.tryStart(ms(0)));
+    hub.gradient(ms(0));
+    REQUIRE(hub.engine.tryFinish(ms(0)));
+    // Self (at 0) and the one neighbour in share the weights equally.
+    const double expected = mode == MixRound::Same ? 0.5 * 1.0 : 0.5 * 100.0;
+    CHECK(hub.engine.params()[0] == doctest::Approx(expected));
+  }
+  // `same` falls back to the newest when the neighbour is ahead beyond the ring.
+  EngineOptions options = withPolicy(PolicyKind::Static);
+  options.policy.backups = 3;
+  options.mixRound = MixRound::Same;
+  options.mailboxDepth = 2;
+  Hub hub(options);
+  for (std::int64_t r = 0; r < 5; ++r) hub.send(1, r, static_cast<double>(r), ms(0));
+  REQUIRE(hub.engine.tryStart(ms(0)));
+  hub.gradient(ms(0));
+  REQUIRE(hub.engine.tryFinish(ms(0)));
+  CHECK(hub.engine.params()[0] == doctest::Approx(0.5 * 4.0));
+}
+
+TEST_CASE("the policy can be switched between rounds") {
+  Hub hub(withPolicy(PolicyKind::All));
+  REQUIRE(hub.engine.tryStart(ms(0)));
+  CHECK(hub.engine.decision().count == 4);
+  PolicySpec spec;
+  spec.kind = PolicyKind::Static;
+  spec.backups = 2;
+  hub.engine.setPolicy(spec);
+  CHECK(hub.engine.decision().count == 4);  // the running round keeps its decision
+  hub.gradient(ms(1));
+  for (std::size_t j = 1; j <= 4; ++j) hub.send(j, 0, 0.0, ms(1));
+  REQUIRE(hub.engine.tryFinish(ms(1)));
+  REQUIRE(hub.engine.tryStart(ms(2)));
+  CHECK(hub.engine.decision().count == 2);
+}
+
+TEST_CASE("plausible rounds: a far-future or negative round is refused and changes nothing") {
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.peerTimeout = milliseconds(100);
+  Hub hub(options);
+  // A neighbour that hears us directly is at most max_lead + skip_ahead + 1 ahead.
+  CHECK(hub.engine.horizon(0) == options.maxLead + options.skipAhead + 1);
+  const Eigen::VectorXd lie = Eigen::VectorXd::Constant(3, 1e6);
+  constexpr std::int64_t kFar = std::int64_t{1} << 62;
+  CHECK(hub.engine.onEstimate(1, kFar, lie.data(), ms(0)) == Receipt::Implausible);
+  CHECK(hub.engine.onEstimate(1, -5, lie.data(), ms(0)) == Receipt::Implausible);
+  CHECK(hub.engine.onKeepAlive(2, std::numeric_limits<std::int64_t>::max(), ms(0)) ==
+        Receipt::Implausible);
+  CHECK(hub.engine.onDecision(3, kFar, true, ms(0)) == Receipt::Implausible);
+  CHECK(hub.engine.newestRound(0) == -1);
+  CHECK(hub.engine.newestRound(1) == -1);
+  CHECK(hub.engine.counters(0).onTime == 0);
+  // The round goes on with the real estimates, and none of the lie is mixed.
+  REQUIRE(hub.engine.tryStart(ms(1)));
+  hub.gradient(ms(1));
+  for (std::size_t j = 1; j <= 4; ++j) hub.send(j, 0, 1.0, ms(2));
+  const auto record = hub.engine.tryFinish(ms(2));
+  REQUIRE(record);
+  CHECK(record->responders.size() == 4);
+  CHECK(hub.engine.params()[0] == doctest::Approx(0.8));
+  CHECK(hub.engine.round() == 1);
+}
+
+TEST_CASE("plausible rounds: a lie between a live neighbour's messages is never believed") {
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.peerTimeout = milliseconds(100);
+  Hub hub(options);
+  const Eigen::VectorXd values = Eigen::VectorXd::Constant(3, 1.0);
+  for (int t = 0; t <= 200; t += 10) {
+    CHECK(hub.engine.onKeepAlive(1, 1'000'000, ms(t)) == Receipt::Implausible);
+    CHECK(hub.engine.onEstimate(1, 0, values.data(), ms(t + 1)) != Receipt::Implausible);
+  }
+  CHECK(hub.engine.newestRound(0) == 0);
+}
+
+TEST_CASE("plausible rounds: a neighbour truly ahead is believed after half a peer timeout") {
+  // We were away (restarted from an old checkpoint): n1 went on to round 1000.
+  const Topology pair = graph("chain", 2);
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.roundSkipping = true;
+  options.peerTimeout = milliseconds(100);
+  Engine a(pair, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  const Eigen::VectorXd theirs = Eigen::VectorXd::Constant(1, 1.0);
+  CHECK(a.onKeepAlive(1, 1000, ms(0)) == Receipt::Implausible);
+  CHECK(a.onEstimate(1, 1000, theirs.data(), ms(20)) == Receipt::Implausible);
+  CHECK(a.onKeepAlive(1, 1000, ms(50)) == Receipt::Stored);
+  CHECK(a.onEstimate(1, 1000, theirs.data(), ms(60)) == Receipt::Stored);
+  CHECK(a.newestRound(0) == 1000);
+  // One round later it has skipped to n1's round and mixed n1's estimate.
+  REQUIRE(a.tryStart(ms(61)));
+  a.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(62));
+  const auto record = a.tryFinish(ms(62));
+  REQUIRE(record);
+  CHECK(record->skipped);
+  CHECK(a.round() == 1000);
+  CHECK(a.params()[0] == doctest::Approx(0.5));
+  CHECK(a.onKeepAlive(1, 1001, ms(63)) == Receipt::Stored);  // in reach again
+}
+
+TEST_CASE("plausible rounds: a run of claims ahead stays believed while it keeps coming") {
+  // n1 is far ahead and the node cannot skip to it yet: every claim of the run,
+  // however long it lasts, is taken once the first half timeout has passed.
+  const Topology pair = graph("chain", 2);
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.peerTimeout = milliseconds(100);
+  Engine a(pair, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  CHECK(a.onKeepAlive(1, 1000, ms(0)) == Receipt::Implausible);
+  for (int t = 50; t <= 500; t += 30) CHECK(a.onKeepAlive(1, 1000, ms(t)) == Receipt::Stored);
+  // A silence longer than the peer timeout ends the run: the next claim starts anew.
+  CHECK(a.onKeepAlive(1, 1000, ms(700)) == Receipt::Implausible);
+}
+
+TEST_CASE("plausible rounds: what a liar got believed is dropped when the sender speaks in reach") {
+  const Topology pair = graph("chain", 2);
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.peerTimeout = milliseconds(100);
+  Engine a(pair, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  const Eigen::VectorXd lie = Eigen::VectorXd::Constant(1, 1e6);
+  const Eigen::VectorXd truth = Eigen::VectorXd::Constant(1, 1.0);
+  // Speaking alone for an absent n1 for half a peer timeout gets a claim believed...
+  CHECK(a.onEstimate(1, 1'000'000, lie.data(), ms(0)) == Receipt::Implausible);
+  CHECK(a.onEstimate(1, 1'000'001, lie.data(), ms(50)) == Receipt::Stored);
+  CHECK(a.newestRound(0) == 1'000'001);
+  // ...until the real n1 speaks: its round is in reach, the lie is gone.
+  CHECK(a.onEstimate(1, 0, truth.data(), ms(51)) == Receipt::Stored);
+  CHECK(a.newestRound(0) == 0);
+  REQUIRE(a.tryStart(ms(52)));
+  a.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(52));
+  const auto record = a.tryFinish(ms(52));
+  REQUIRE(record);
+  CHECK(a.params()[0] == doctest::Approx(0.5));
+}
+
+TEST_CASE("plausible rounds: the horizon grows with the hops from us to the sender") {
+  // Exponential, 8 nodes (directed, i sends to i+1, i+2, i+4): node 0 hears
+  // 4 (which hears 0), 6 (two hops: 0 -> 2 -> 6) and 7 (three: 0 -> 1 -> 3 -> 7).
+  const Topology exponential = graph("exponential", 8);
+  EngineOptions options = withPolicy(PolicyKind::All);
+  Engine engine(exponential, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  std::map<std::size_t, std::int64_t> horizons;
+  for (std::size_t s = 0; s < engine.degree(); ++s)
+    horizons[engine.nodeOfSlot(s)] = engine.horizon(s);
+  const std::int64_t extra = options.skipAhead + 1;
+  CHECK(horizons == std::map<std::size_t, std::int64_t>{{4, options.maxLead + extra},
+                                                        {6, 2 * options.maxLead + extra},
+                                                        {7, 3 * options.maxLead + extra}});
+}
