@@ -155,6 +155,30 @@ void checkLocal(const NodeConfig& config, const Origins& origins) {
   }
 }
 
+// What the wait policy asks of this node's neighbourhood: checked at load
+// and again for every change at run time (set-policy).
+void checkDegree(const NodeConfig& config, std::size_t inDegree, const Origins& origins) {
+  const auto degree = static_cast<std::int64_t>(inDegree);
+  const NodeConfig::Consensus& consensus = config.consensus;
+  if (degree > 0 && consensus.minResponders > degree) {
+    failAt(origins, "consensus.min_responders",
+           "min_responders (" + std::to_string(consensus.minResponders) +
+               ") exceeds this node's degree (" + std::to_string(degree) + ")");
+  }
+  if (consensus.maxResponders > degree) {
+    failAt(origins, "consensus.max_responders",
+           "max_responders (" + std::to_string(consensus.maxResponders) +
+               ") exceeds this node's degree (" + std::to_string(degree) + ")");
+  }
+  if (consensus.policy == "static" &&
+      consensus.backups > degree - std::min(consensus.minResponders, degree)) {
+    failAt(origins, "consensus.backups",
+           "backups (" + std::to_string(consensus.backups) + ") leave fewer than min_responders (" +
+               std::to_string(consensus.minResponders) + ") of this node's " +
+               std::to_string(degree) + " neighbours");
+  }
+}
+
 NodeConfig readTree(const YamlNode& root, const std::string& fileName,
                     const std::vector<std::string>& overrides, Origins& origins) {
   const Source source{fileName};
@@ -188,6 +212,16 @@ NodeConfig readConfig(std::string_view text, const std::string& fileName,
   Origins local;
   return readTree(schema::parseYaml(text, fileName), fileName, overrides,
                   origins ? *origins : local);
+}
+
+NodeConfig reconfigure(const NodeConfig& running, const std::vector<std::string>& overrides,
+                       std::size_t inDegree) {
+  Origins origins;
+  const std::string text = toYaml(running);
+  NodeConfig config =
+      readTree(schema::parseYaml(text, kRunningConfig), kRunningConfig, overrides, origins);
+  checkDegree(config, inDegree, origins);
+  return config;
 }
 
 LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>& overrides) {
@@ -225,25 +259,7 @@ LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>&
              "endpoint '" + bindAt + "': folder '" + socketFolder.string() + "' does not exist");
     }
   }
-  const auto degree = static_cast<std::int64_t>(graph.inNeighbors(*index).size());
-  NodeConfig::Consensus& consensus = config.consensus;
-  if (degree > 0 && consensus.minResponders > degree) {
-    failAt(origins, "consensus.min_responders",
-           "min_responders (" + std::to_string(consensus.minResponders) +
-               ") exceeds this node's degree (" + std::to_string(degree) + ")");
-  }
-  if (consensus.maxResponders > degree) {
-    failAt(origins, "consensus.max_responders",
-           "max_responders (" + std::to_string(consensus.maxResponders) +
-               ") exceeds this node's degree (" + std::to_string(degree) + ")");
-  }
-  if (consensus.policy == "static" &&
-      consensus.backups > degree - std::min(consensus.minResponders, degree)) {
-    failAt(origins, "consensus.backups",
-           "backups (" + std::to_string(consensus.backups) + ") leave fewer than min_responders (" +
-               std::to_string(consensus.minResponders) + ") of this node's " +
-               std::to_string(degree) + " neighbours");
-  }
+  checkDegree(config, graph.inNeighbors(*index).size(), origins);
   std::optional<CurveKeyPair> curve;
   if (config.security.curve) {
     for (const topology::NodeSpec& node : graph.nodes()) {

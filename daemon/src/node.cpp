@@ -209,8 +209,8 @@ class Runner {
 
   nlohmann::json setPolicy(const nlohmann::json& args) {
     try {
-      config::NodeConfig updated =
-          config::readConfig(config::toYaml(cfg_), "<running config>", setPolicyOverrides(args));
+      const config::NodeConfig updated =
+          config::reconfigure(cfg_, setPolicyOverrides(args), topology_.inNeighbors(self_).size());
       engine_->setPolicy(config::policySpec(updated));
       cfg_.consensus = updated.consensus;
       configYaml_ = config::toYaml(cfg_);

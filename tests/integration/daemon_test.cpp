@@ -105,6 +105,11 @@ TEST_CASE("status socket: every command, malformed and oversized requests") {
   const json bad = ask(cluster, 0, {{"cmd", "set-policy"}, {"policy", "bogus"}});
   CHECK(bad["ok"] == false);
   CHECK(bad["error"].get<std::string>().find("unknown value 'bogus'") != std::string::npos);
+  // Checked against the node's degree as a config file is (this one has no neighbours).
+  const json tooMany =
+      ask(cluster, 0, {{"cmd", "set-policy"}, {"policy", "static"}, {"backups", 1}});
+  CHECK(tooMany["ok"] == false);
+  CHECK(tooMany["error"].get<std::string>().find("backups (1) leave fewer") != std::string::npos);
   CHECK(ask(cluster, 0, {{"cmd", "status"}})["policy"] == "static");
 
   const json checkpoint = ask(cluster, 0, {{"cmd", "checkpoint"}});

@@ -181,6 +181,26 @@ TEST_CASE("loading against the topology: paths, membership, degree, defaults") {
         dir.path() + "/ring.yaml:1:8: a topology needs at least one node (nodes)");
 }
 
+TEST_CASE("a change at run time gets the checks a file gets, the degree included") {
+  const consensusd::testing::TempDir dir;
+  dir.write("ring.yaml", kRing4);
+  const auto loaded = loadConfig(dir.write("n1.yaml", kMinimal));
+  const auto changed = consensusd::config::reconfigure(
+      loaded.config, {"consensus.policy=static", "consensus.backups=1"}, 2);
+  CHECK(changed.consensus.policy == "static");
+  CHECK(changed.consensus.backups == 1);
+  CHECK(changed.node.id == "n1");  // the rest as it ran
+  CHECK(errorFrom([&] {
+          consensusd::config::reconfigure(loaded.config,
+                                          {"consensus.policy=static", "consensus.backups=2"}, 2);
+        }) ==
+        "--set consensus.backups=2:1:19: backups (2) leave fewer than min_responders (1) of this "
+        "node's 2 neighbours (consensus.backups)");
+  CHECK(errorFrom([&] {
+          consensusd::config::reconfigure(loaded.config, {"consensus.policy=fastest"}, 2);
+        }).find("unknown value 'fastest'") != std::string::npos);
+}
+
 TEST_CASE("the shipped examples pass") {
   for (const char* example : {"n0.yaml", "n3-straggler.yaml"}) {
     CAPTURE(example);

@@ -69,6 +69,13 @@ std::string keyFileText(const std::string& node, const CurveKeyPair& keys);
 // topology loaded and cross-checked, and node-dependent defaults filled in.
 LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>& overrides = {});
 
+// The running config with `overrides` applied (set-policy at run time),
+// checked as loadConfig checks a file, against the node's in-degree too.
+// Errors name "<running config>" and the key.
+inline constexpr const char* kRunningConfig = "<running config>";
+NodeConfig reconfigure(const NodeConfig& running, const std::vector<std::string>& overrides,
+                       std::size_t inDegree);
+
 // The effective config as YAML (every key, defaults included).
 std::string toYaml(const NodeConfig& config);
 
