@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <set>
 
+#include "consensusd/config/params.hpp"
 #include "consensusd/topology/yaml_io.hpp"
 
 namespace consensusd::config {
@@ -123,7 +124,8 @@ void checkLocal(const NodeConfig& config, const Origins& origins) {
                ") is greater than max_responders (" + std::to_string(consensus.maxResponders) +
                ")");
   }
-  if (consensus.policy == "timeout" && consensus.timeoutMs >= consensus.hardDeadlineMs) {
+  if (policySpec(config).kind == consensus::PolicyKind::Timeout &&
+      consensus.timeoutMs >= consensus.hardDeadlineMs) {
     failAt(origins, "consensus.timeout_ms", "timeout_ms must be below consensus.hard_deadline_ms");
   }
   if (config.straggler.toRound != 0 && config.straggler.fromRound > config.straggler.toRound) {
@@ -131,10 +133,11 @@ void checkLocal(const NodeConfig& config, const Origins& origins) {
            "from_round (" + std::to_string(config.straggler.fromRound) + ") is after to_round (" +
                std::to_string(config.straggler.toRound) + ")");
   }
-  if (config.model.kind == "none" && config.model.dimension < 1) {
+  if (!hasModel(config) && config.model.dimension < 1) {
     failAt(origins, "model.kind", "kind: none needs model.dimension >= 1");
   }
-  if (config.model.kind == "mlp" && config.model.hidden.empty()) {
+  if (data::parseName(data::kModelKinds, config.model.kind) == data::ModelKind::Mlp &&
+      config.model.hidden.empty()) {
     failAt(origins, "model.hidden", "kind: mlp needs 1 or 2 hidden layer widths");
   }
   if (config.security.curve && config.security.secretKeyFile.empty()) {
@@ -170,7 +173,7 @@ void checkDegree(const NodeConfig& config, std::size_t inDegree, const Origins& 
            "max_responders (" + std::to_string(consensus.maxResponders) +
                ") exceeds this node's degree (" + std::to_string(degree) + ")");
   }
-  if (consensus.policy == "static" &&
+  if (policySpec(config).kind == consensus::PolicyKind::Static &&
       consensus.backups > degree - std::min(consensus.minResponders, degree)) {
     failAt(origins, "consensus.backups",
            "backups (" + std::to_string(consensus.backups) + ") leave fewer than min_responders (" +

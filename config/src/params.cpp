@@ -1,23 +1,39 @@
 #include "consensusd/config/params.hpp"
 
 namespace consensusd::config {
+namespace {
+
+// The schema offers exactly the tables' names, so a read config always parses.
+template <class Enum, std::size_t N>
+Enum named(const data::NameTable<Enum, N>& table, const std::string& text) {
+  return data::parseName(table, text).value();
+}
+
+}  // namespace
+
+bool hasModel(const NodeConfig& config) {
+  return config.model.kind != kNoModel;
+}
+bool usesFloat64(const NodeConfig& config) {
+  return config.model.dtype == kFloat64;
+}
 
 data::DataSource dataSource(const NodeConfig& config) {
   data::DataSource source;
-  source.kind = *data::parseDatasetKind(config.data.dataset);
+  source.kind = named(data::kDatasetKinds, config.data.dataset);
   source.path = config.data.path;
   source.testPath = config.data.testPath;
   source.testFraction = config.data.testFraction;
   source.csv.header = config.data.csvHeader;
   source.csv.labelColumn = static_cast<int>(config.data.labelColumn);
-  source.scaling = *data::parseScaling(config.data.scaling);
+  source.scaling = named(data::kScalings, config.data.scaling);
   source.seed = static_cast<std::uint64_t>(config.data.seed);
   return source;
 }
 
 data::PartitionOptions partitionOptions(const NodeConfig& config, std::size_t nodes) {
   data::PartitionOptions options;
-  options.kind = *data::parsePartitionKind(config.data.partition);
+  options.kind = named(data::kPartitionKinds, config.data.partition);
   options.nodes = nodes;
   options.shardsPerNode = static_cast<std::size_t>(config.data.shardsPerNode);
   options.dirichletAlpha = config.data.dirichletAlpha;
@@ -26,7 +42,7 @@ data::PartitionOptions partitionOptions(const NodeConfig& config, std::size_t no
 }
 
 data::ModelOptions modelOptions(const NodeConfig& config, const data::Dataset& train) {
-  const auto kind = data::parseModelKind(config.model.kind);
+  const auto kind = data::parseName(data::kModelKinds, config.model.kind);
   if (!kind) throw data::DataError("model.kind " + config.model.kind + " has nothing to train");
   data::ModelOptions options;
   options.kind = *kind;
@@ -54,7 +70,7 @@ data::ModelOptions modelOptions(const NodeConfig& config, const data::Dataset& t
 
 data::Schedule schedule(const NodeConfig& config) {
   data::Schedule result;
-  result.kind = *data::parseScheduleKind(config.train.schedule);
+  result.kind = named(data::kScheduleKinds, config.train.schedule);
   result.learningRate = config.train.learningRate;
   result.period = config.train.stepEveryRounds;
   result.factor = config.train.stepFactor;
@@ -79,7 +95,7 @@ data::LocalTrainOptions localTrainOptions(const NodeConfig& config, const data::
 
 consensus::PolicySpec policySpec(const NodeConfig& config) {
   consensus::PolicySpec spec;
-  spec.kind = *consensus::parsePolicyKind(config.consensus.policy);
+  spec.kind = named(consensus::kPolicyKinds, config.consensus.policy);
   spec.backups = config.consensus.backups;
   spec.timeout = consensus::fromMilliseconds(config.consensus.timeoutMs);
   spec.quantile = config.consensus.quantile;
@@ -94,9 +110,9 @@ consensus::EngineOptions engineOptions(const NodeConfig& config) {
   const NodeConfig::Consensus& c = config.consensus;
   consensus::EngineOptions options;
   options.policy = policySpec(config);
-  options.mixRound = *consensus::parseMixRound(c.mixRound);
-  options.mixMode = *consensus::parseMixMode(c.mix);
-  options.robust = *consensus::parseRobust(c.robust);
+  options.mixRound = named(consensus::kMixRounds, c.mixRound);
+  options.mixMode = named(consensus::kMixModes, c.mix);
+  options.robust = named(consensus::kRobustModes, c.robust);
   options.trim = static_cast<std::size_t>(c.trim);
   options.clipRadius = c.clipRadius;
   options.staleness = c.staleness;
@@ -117,7 +133,7 @@ consensus::EngineOptions engineOptions(const NodeConfig& config) {
 consensus::StragglerSpec stragglerSpec(const NodeConfig& config) {
   const NodeConfig::Straggler& c = config.straggler;
   consensus::StragglerSpec spec;
-  spec.kind = *consensus::parseStragglerKind(c.kind);
+  spec.kind = named(consensus::kStragglerKinds, c.kind);
   spec.delay = consensus::fromMilliseconds(c.delayMs);
   spec.mean = consensus::fromMilliseconds(c.meanMs);
   spec.paretoShape = c.paretoShape;

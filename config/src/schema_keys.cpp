@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "consensusd/config/load.hpp"
+#include "consensusd/config/params.hpp"
 
 namespace consensusd::config {
 namespace {
@@ -94,6 +95,12 @@ Key text(std::string path, Ref ref, std::string type, std::string doc) {
   return key;
 }
 
+// model.kind: the data module's models, or none.
+std::vector<std::string> withNone(std::vector<std::string> names) {
+  names.emplace_back(kNoModel);
+  return names;
+}
+
 template <class Ref>
 Key choice(std::string path, Ref ref, std::vector<std::string> choices, std::string doc) {
   std::string range;
@@ -154,9 +161,7 @@ std::vector<Key> makeKeys() {
       text("topology.file", CONSENSUSD_FIELD(topology.file), "path",
            "Topology file (DESIGN.md §4), relative to this config's folder. Required."),
 
-      choice("data.dataset", CONSENSUSD_FIELD(data.dataset),
-             {"fashion-mnist", "mnist", "libsvm", "csv", "synthetic-least-squares",
-              "synthetic-logistic"},
+      choice("data.dataset", CONSENSUSD_FIELD(data.dataset), data::namesOf(data::kDatasetKinds),
              "Training data set."),
       text("data.path", CONSENSUSD_FIELD(data.path), "path",
            "Folder (IDX) or file (LIBSVM, CSV) holding the data."),
@@ -168,26 +173,25 @@ std::vector<Key> makeKeys() {
       integer("data.label_column", CONSENSUSD_FIELD(data.labelColumn), -1000, 1000,
               "CSV: column of the label, 0-based; negative counts from the end."),
       choice("data.partition", CONSENSUSD_FIELD(data.partition),
-             {"iid", "contiguous", "shards", "dirichlet"},
+             data::namesOf(data::kPartitionKinds),
              "How the training set is split across the topology's nodes."),
       integer("data.shards_per_node", CONSENSUSD_FIELD(data.shardsPerNode), 1, 1000,
               "Classes per node with partition: shards."),
       number("data.dirichlet_alpha", CONSENSUSD_FIELD(data.dirichletAlpha), 1e-3, 1e6,
              "Concentration with partition: dirichlet (small = skewed)."),
-      choice("data.scaling", CONSENSUSD_FIELD(data.scaling), {"none", "unit", "standardize"},
+      choice("data.scaling", CONSENSUSD_FIELD(data.scaling), data::namesOf(data::kScalings),
              "Feature scaling: none, to [0, 1], or standardised with training statistics."),
       integer("data.seed", CONSENSUSD_FIELD(data.seed), 0, kMaxInt,
               "Seed of the partition; must be the same on every node."),
 
-      choice("model.kind", CONSENSUSD_FIELD(model.kind),
-             {"least-squares", "logistic", "softmax", "mlp", "none"},
+      choice("model.kind", CONSENSUSD_FIELD(model.kind), withNone(data::namesOf(data::kModelKinds)),
              "Model to train; none = no model, zero gradients on model.dimension parameters "
              "(a round is the exchange alone: benchmarks)."),
       integer("model.dimension", CONSENSUSD_FIELD(model.dimension), 0, 1LL << 31,
               "Parameter count with kind: none."),
       integerList("model.hidden", CONSENSUSD_FIELD(model.hidden), 2, 1, 65536,
                   "Hidden layer widths with kind: mlp (1 or 2 layers)."),
-      choice("model.dtype", CONSENSUSD_FIELD(model.dtype), {"float32", "float64"},
+      choice("model.dtype", CONSENSUSD_FIELD(model.dtype), {"float32", kFloat64},
              "Parameter type, on the wire too; must match the neighbours'."),
       integer("model.init_seed", CONSENSUSD_FIELD(model.initSeed), 0, kMaxInt,
               "Seed of the initial parameters; the same on every node."),
@@ -196,7 +200,7 @@ std::vector<Key> makeKeys() {
       number("train.learning_rate", CONSENSUSD_FIELD(train.learningRate), 1e-9, 100,
              "Step size eta_0."),
       choice("train.schedule", CONSENSUSD_FIELD(train.schedule),
-             {"constant", "step", "inverse-sqrt", "cosine"}, "Learning-rate schedule over rounds."),
+             data::namesOf(data::kScheduleKinds), "Learning-rate schedule over rounds."),
       integer("train.step_every_rounds", CONSENSUSD_FIELD(train.stepEveryRounds), 1, kMaxInt,
               "With schedule: step, multiply the rate by step_factor every this many rounds."),
       number("train.step_factor", CONSENSUSD_FIELD(train.stepFactor), 1e-6, 1,
@@ -214,7 +218,7 @@ std::vector<Key> makeKeys() {
               "Test-set evaluation period; 0 = never."),
 
       choice("consensus.policy", CONSENSUSD_FIELD(consensus.policy),
-             {"all", "static", "timeout", "quantile", "dynamic"}, "Wait policy (DESIGN.md §3)."),
+             data::namesOf(consensus::kPolicyKinds), "Wait policy (DESIGN.md §3)."),
       integer("consensus.backups", CONSENSUSD_FIELD(consensus.backups), 0, 1 << 20,
               "Backup neighbours b with policy: static (wait for degree - b)."),
       number("consensus.timeout_ms", CONSENSUSD_FIELD(consensus.timeoutMs), 0.01, kHuge,
@@ -225,15 +229,15 @@ std::vector<Key> makeKeys() {
               "m_min: never mix with fewer neighbours (0 allows local-only rounds)."),
       integer("consensus.max_responders", CONSENSUSD_FIELD(consensus.maxResponders), 0, 1 << 20,
               "Upper bound on m; 0 = the node's degree."),
-      choice("consensus.mix_round", CONSENSUSD_FIELD(consensus.mixRound), {"newest", "same"},
+      choice("consensus.mix_round", CONSENSUSD_FIELD(consensus.mixRound),
+             data::namesOf(consensus::kMixRounds),
              "Which estimate of a neighbour counts for round k."),
-      choice("consensus.mix", CONSENSUSD_FIELD(consensus.mix),
-             {"absorb", "renormalize", "symmetric"},
+      choice("consensus.mix", CONSENSUSD_FIELD(consensus.mix), data::namesOf(consensus::kMixModes),
              "A missing neighbour's weight is shared by self and the neighbours that "
              "answered (renormalize; uniform weights: their plain average), or goes to "
              "self (absorb, DESIGN.md), or only mutually used edges count (symmetric)."),
       choice("consensus.robust", CONSENSUSD_FIELD(consensus.robust),
-             {"none", "clip", "trimmed-mean"},
+             data::namesOf(consensus::kRobustModes),
              "Against a neighbour sending garbage: clip each neighbour's difference to "
              "clip_radius, or a coordinate-wise trimmed mean (docs/protocol.md)."),
       integer("consensus.trim", CONSENSUSD_FIELD(consensus.trim), 1, 64,
@@ -274,7 +278,7 @@ std::vector<Key> makeKeys() {
              "ties go to more neighbours (docs/experiments.md, \"A margin for mixing\")."),
 
       choice("straggler.kind", CONSENSUSD_FIELD(straggler.kind),
-             {"none", "constant", "exponential", "shifted-exponential", "pareto", "bimodal"},
+             data::namesOf(consensus::kStragglerKinds),
              "Emulated extra compute delay per round (DESIGN.md §8)."),
       number("straggler.delay_ms", CONSENSUSD_FIELD(straggler.delayMs), 0, kHuge,
              "constant: the delay; shifted-exponential: the shift; pareto: the scale (minimum)."),

@@ -15,16 +15,6 @@ Duration scaled(Duration base, double factor) {
 
 }  // namespace
 
-std::optional<StragglerKind> parseStragglerKind(const std::string& text) {
-  if (text == "none") return StragglerKind::None;
-  if (text == "constant") return StragglerKind::Constant;
-  if (text == "exponential") return StragglerKind::Exponential;
-  if (text == "shifted-exponential") return StragglerKind::ShiftedExponential;
-  if (text == "pareto") return StragglerKind::Pareto;
-  if (text == "bimodal") return StragglerKind::Bimodal;
-  return std::nullopt;
-}
-
 Straggler::Straggler(const StragglerSpec& spec) : spec_(spec), rng_(spec.seed) {}
 
 Duration Straggler::extraDelay(std::int64_t round, Duration measuredCompute) {

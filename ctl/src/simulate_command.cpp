@@ -63,27 +63,37 @@ std::vector<Policy> parsePolicies(const std::string& text) {
     const std::string kind = item.substr(0, colon);
     const std::string arg = colon == std::string::npos ? "" : item.substr(colon + 1);
     const auto bad = [&] { return UsageError("--policy: cannot read '" + item + "'"); };
-    if ((kind == "all" || kind == "dynamic") && arg.empty()) {
-      policies.push_back({kind, {"consensus.policy=" + kind}});
-    } else if (kind == "static" && !arg.empty()) {
-      const auto dots = arg.find("..");
-      try {
-        const int from = std::stoi(arg.substr(0, dots));
-        const int to = dots == std::string::npos ? from : std::stoi(arg.substr(dots + 2));
-        for (int b = from; b <= to; ++b) {
-          policies.push_back({"static:" + std::to_string(b),
-                              {"consensus.policy=static", "consensus.backups=" + std::to_string(b)},
-                              true});
+    using consensus::PolicyKind;
+    const std::optional<PolicyKind> parsed = data::parseName(consensus::kPolicyKinds, kind);
+    if (!parsed) throw bad();
+    const bool takesArgument = *parsed != PolicyKind::All && *parsed != PolicyKind::Dynamic;
+    if (arg.empty() == takesArgument) throw bad();
+    const std::string set = "consensus.policy=" + kind;
+    switch (*parsed) {
+      case PolicyKind::All:
+      case PolicyKind::Dynamic:
+        policies.push_back({kind, {set}});
+        break;
+      case PolicyKind::Static: {
+        const auto dots = arg.find("..");
+        try {
+          const int from = std::stoi(arg.substr(0, dots));
+          const int to = dots == std::string::npos ? from : std::stoi(arg.substr(dots + 2));
+          for (int b = from; b <= to; ++b)
+            policies.push_back({"static:" + std::to_string(b),
+                                {set, "consensus.backups=" + std::to_string(b)},
+                                true});
+        } catch (const std::exception&) {
+          throw bad();
         }
-      } catch (const std::exception&) {
-        throw bad();
+        break;
       }
-    } else if (kind == "timeout" && !arg.empty()) {
-      policies.push_back({item, {"consensus.policy=timeout", "consensus.timeout_ms=" + arg}});
-    } else if (kind == "quantile" && !arg.empty()) {
-      policies.push_back({item, {"consensus.policy=quantile", "consensus.quantile=" + arg}});
-    } else {
-      throw bad();
+      case PolicyKind::Timeout:
+        policies.push_back({item, {set, "consensus.timeout_ms=" + arg}});
+        break;
+      case PolicyKind::Quantile:
+        policies.push_back({item, {set, "consensus.quantile=" + arg}});
+        break;
     }
   }
   if (policies.empty()) throw UsageError("--policy: no policy given");

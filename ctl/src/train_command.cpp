@@ -54,7 +54,7 @@ int runTrain(const TrainOptions& options) {
            << ',' << p.samplesPerSecond << '\n';
     }
   };
-  const data::TrainResult result = cfg.model.dtype == "float64"
+  const data::TrainResult result = config::usesFloat64(cfg)
                                        ? data::trainLocal<double>(data, trainOptions, onEval)
                                        : data::trainLocal<float>(data, trainOptions, onEval);
   const data::TrainPoint& last = result.curve.back();

@@ -90,8 +90,8 @@ class Runner {
     spdlog::info("{}; this node holds {} training samples", data_.description, share.size());
     worker_ = std::make_unique<ComputeWorker<Scalar>>(
         data_, std::move(share),
-        cfg_.model.kind == "none" ? std::nullopt
-                                  : std::optional(config::modelOptions(cfg_, data_.train)),
+        config::hasModel(cfg_) ? std::optional(config::modelOptions(cfg_, data_.train))
+                               : std::nullopt,
         static_cast<std::size_t>(cfg_.model.dimension),
         static_cast<std::size_t>(cfg_.train.batchSize),
         static_cast<std::uint64_t>(cfg_.data.seed) * 7919u + self_, config::stragglerSpec(cfg_));
@@ -381,7 +381,7 @@ class Runner {
     trySaveCheckpoint();
     transport_->sendControl(wire::Kind::Bye, 0, 0, std::nullopt, now());
     // A model of our own: the compute thread may still be busy with its.
-    if (cfg_.model.kind != "none") {
+    if (config::hasModel(cfg_)) {
       data::Model<Scalar> model(config::modelOptions(cfg_, data_.train));
       telemetry_.setFinal(model.evaluate(engine_->params(), data_.test));
     }
@@ -437,7 +437,7 @@ class Runner {
 }  // namespace
 
 int runNode(const config::LoadedConfig& loaded, StatusBoard& board, int signalFd, int wakeFd) {
-  if (loaded.config.model.dtype == "float64")
+  if (config::usesFloat64(loaded.config))
     return Runner<double>(loaded, board, signalFd, wakeFd).run();
   return Runner<float>(loaded, board, signalFd, wakeFd).run();
 }

@@ -17,14 +17,6 @@ Scalar softplus(Scalar z) {
 
 }  // namespace
 
-std::optional<ModelKind> parseModelKind(const std::string& text) {
-  if (text == "least-squares") return ModelKind::LeastSquares;
-  if (text == "logistic") return ModelKind::Logistic;
-  if (text == "softmax") return ModelKind::Softmax;
-  if (text == "mlp") return ModelKind::Mlp;
-  return std::nullopt;
-}
-
 template <class Scalar>
 void gather(const Dataset& data, const std::vector<std::size_t>& indices, Batch<Scalar>& batch) {
   const auto n = static_cast<Eigen::Index>(indices.size());

@@ -9,14 +9,6 @@
 
 namespace consensusd::data {
 
-std::optional<ScheduleKind> parseScheduleKind(const std::string& text) {
-  if (text == "constant") return ScheduleKind::Constant;
-  if (text == "step") return ScheduleKind::Step;
-  if (text == "inverse-sqrt") return ScheduleKind::InverseSqrt;
-  if (text == "cosine") return ScheduleKind::Cosine;
-  return std::nullopt;
-}
-
 double Schedule::at(std::int64_t round) const {
   const auto k = static_cast<double>(round);
   switch (kind) {

@@ -85,14 +85,6 @@ Parts dirichlet(const Dataset& train, const PartitionOptions& options, std::mt19
 
 }  // namespace
 
-std::optional<PartitionKind> parsePartitionKind(const std::string& text) {
-  if (text == "iid") return PartitionKind::Iid;
-  if (text == "contiguous") return PartitionKind::Contiguous;
-  if (text == "shards") return PartitionKind::Shards;
-  if (text == "dirichlet") return PartitionKind::Dirichlet;
-  return std::nullopt;
-}
-
 std::vector<std::vector<std::size_t>> partition(const Dataset& train,
                                                 const PartitionOptions& options) {
   if (options.nodes == 0) throw DataError("partition: no nodes");

@@ -18,16 +18,6 @@ void align(TrainTest& data) {
 
 }  // namespace
 
-std::optional<DatasetKind> parseDatasetKind(const std::string& text) {
-  if (text == "fashion-mnist") return DatasetKind::FashionMnist;
-  if (text == "mnist") return DatasetKind::Mnist;
-  if (text == "libsvm") return DatasetKind::Libsvm;
-  if (text == "csv") return DatasetKind::Csv;
-  if (text == "synthetic-least-squares") return DatasetKind::SyntheticLeastSquares;
-  if (text == "synthetic-logistic") return DatasetKind::SyntheticLogistic;
-  return std::nullopt;
-}
-
 TrainTest load(const DataSource& source) {
   TrainTest data;
   std::string name;

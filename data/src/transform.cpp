@@ -20,13 +20,6 @@ Eigen::MatrixXf gaussianMatrix(Eigen::Index rows, Eigen::Index cols, std::mt1993
 
 }  // namespace
 
-std::optional<Scaling> parseScaling(const std::string& text) {
-  if (text == "none") return Scaling::None;
-  if (text == "unit") return Scaling::Unit;
-  if (text == "standardize") return Scaling::Standardize;
-  return std::nullopt;
-}
-
 void scale(TrainTest& data, Scaling scaling) {
   if (scaling == Scaling::None || data.train.size() == 0) return;
   const Eigen::MatrixXf& x = data.train.features;

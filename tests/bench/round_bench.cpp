@@ -63,7 +63,8 @@ void engineRound(benchmark::State& state) {
     benchmark::DoNotOptimize(engine.tryFinish(Time(t + 2000)));
     t += 1'000'000;
   }
-  state.SetLabel(consensusd::consensus::toString(policy));
+  state.SetLabel(
+      std::string(consensusd::data::nameOf(consensusd::consensus::kPolicyKinds, policy)));
 }
 
 // The dynamic rule's decision alone: context and scores (the neighbour distances

@@ -1,7 +1,7 @@
 #pragma once
 // NodeConfig (validated YAML values) onto the parameter structs of the data
-// and consensus modules. Choice strings were checked against the schema, so the parse
-// functions here cannot fail on them.
+// and consensus modules. Choice strings were checked against the schema,
+// whose lists are the modules' name tables, so they always parse here.
 
 #include <cstddef>
 
@@ -13,6 +13,12 @@
 #include "consensusd/data/source.hpp"
 
 namespace consensusd::config {
+
+// The two choices that are the config's own, not a module's enum.
+inline constexpr const char* kNoModel = "none";  // model.kind: zero gradients, exchange only
+inline constexpr const char* kFloat64 = "float64";
+bool hasModel(const NodeConfig& config);
+bool usesFloat64(const NodeConfig& config);
 
 data::DataSource dataSource(const NodeConfig& config);
 data::PartitionOptions partitionOptions(const NodeConfig& config, std::size_t nodes);

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include "consensusd/data/names.hpp"
+
 namespace consensusd::consensus {
 
 using Time = std::chrono::nanoseconds;  // since the driver's epoch
@@ -26,11 +28,18 @@ enum class MixMode { Absorb, Renormalize, Symmetric };
 enum class Robust { None, Clip, TrimmedMean };
 enum class PolicyKind { All, Static, Timeout, Quantile, Dynamic };
 
-std::optional<MixRound> parseMixRound(const std::string& text);
-std::optional<MixMode> parseMixMode(const std::string& text);
-std::optional<Robust> parseRobust(const std::string& text);
-std::optional<PolicyKind> parsePolicyKind(const std::string& text);
-std::string toString(PolicyKind kind);
+inline constexpr data::NameTable<MixRound, 2> kMixRounds{
+    {{MixRound::Newest, "newest"}, {MixRound::Same, "same"}}};
+inline constexpr data::NameTable<MixMode, 3> kMixModes{{{MixMode::Absorb, "absorb"},
+                                                        {MixMode::Renormalize, "renormalize"},
+                                                        {MixMode::Symmetric, "symmetric"}}};
+inline constexpr data::NameTable<Robust, 3> kRobustModes{
+    {{Robust::None, "none"}, {Robust::Clip, "clip"}, {Robust::TrimmedMean, "trimmed-mean"}}};
+inline constexpr data::NameTable<PolicyKind, 5> kPolicyKinds{{{PolicyKind::All, "all"},
+                                                              {PolicyKind::Static, "static"},
+                                                              {PolicyKind::Timeout, "timeout"},
+                                                              {PolicyKind::Quantile, "quantile"},
+                                                              {PolicyKind::Dynamic, "dynamic"}}};
 
 struct PolicySpec {
   PolicyKind kind = PolicyKind::Dynamic;

@@ -10,11 +10,18 @@
 #include <string>
 
 #include "consensusd/consensus/options.hpp"
+#include "consensusd/data/names.hpp"
 
 namespace consensusd::consensus {
 
 enum class StragglerKind { None, Constant, Exponential, ShiftedExponential, Pareto, Bimodal };
-std::optional<StragglerKind> parseStragglerKind(const std::string& text);
+inline constexpr data::NameTable<StragglerKind, 6> kStragglerKinds{
+    {{StragglerKind::None, "none"},
+     {StragglerKind::Constant, "constant"},
+     {StragglerKind::Exponential, "exponential"},
+     {StragglerKind::ShiftedExponential, "shifted-exponential"},
+     {StragglerKind::Pareto, "pareto"},
+     {StragglerKind::Bimodal, "bimodal"}}};
 
 struct StragglerSpec {
   StragglerKind kind = StragglerKind::None;

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "consensusd/data/names.hpp"
+
 namespace consensusd::data {
 
 class DataError : public std::runtime_error {
@@ -75,7 +77,8 @@ TrainTest syntheticLeastSquares(const SyntheticOptions& options,
 TrainTest syntheticLogistic(const SyntheticOptions& options, Eigen::VectorXd* truth = nullptr);
 
 enum class Scaling { None, Unit, Standardize };
-std::optional<Scaling> parseScaling(const std::string& text);
+inline constexpr NameTable<Scaling, 3> kScalings{
+    {{Scaling::None, "none"}, {Scaling::Unit, "unit"}, {Scaling::Standardize, "standardize"}}};
 
 // Unit: to [0, 1] by the training set's per-feature min/max; Standardize:
 // zero mean, unit variance by training statistics. The same transform is

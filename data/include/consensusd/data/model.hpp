@@ -14,11 +14,15 @@
 #include <vector>
 
 #include "consensusd/data/dataset.hpp"
+#include "consensusd/data/names.hpp"
 
 namespace consensusd::data {
 
 enum class ModelKind { LeastSquares, Logistic, Softmax, Mlp };
-std::optional<ModelKind> parseModelKind(const std::string& text);
+inline constexpr NameTable<ModelKind, 4> kModelKinds{{{ModelKind::LeastSquares, "least-squares"},
+                                                      {ModelKind::Logistic, "logistic"},
+                                                      {ModelKind::Softmax, "softmax"},
+                                                      {ModelKind::Mlp, "mlp"}}};
 
 struct ModelOptions {
   ModelKind kind = ModelKind::Softmax;

@@ -7,10 +7,16 @@
 #include <optional>
 #include <string>
 
+#include "consensusd/data/names.hpp"
+
 namespace consensusd::data {
 
 enum class ScheduleKind { Constant, Step, InverseSqrt, Cosine };
-std::optional<ScheduleKind> parseScheduleKind(const std::string& text);
+inline constexpr NameTable<ScheduleKind, 4> kScheduleKinds{
+    {{ScheduleKind::Constant, "constant"},
+     {ScheduleKind::Step, "step"},
+     {ScheduleKind::InverseSqrt, "inverse-sqrt"},
+     {ScheduleKind::Cosine, "cosine"}}};
 
 struct Schedule {
   ScheduleKind kind = ScheduleKind::Constant;

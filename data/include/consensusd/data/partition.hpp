@@ -8,11 +8,16 @@
 #include <vector>
 
 #include "consensusd/data/dataset.hpp"
+#include "consensusd/data/names.hpp"
 
 namespace consensusd::data {
 
 enum class PartitionKind { Iid, Contiguous, Shards, Dirichlet };
-std::optional<PartitionKind> parsePartitionKind(const std::string& text);
+inline constexpr NameTable<PartitionKind, 4> kPartitionKinds{
+    {{PartitionKind::Iid, "iid"},
+     {PartitionKind::Contiguous, "contiguous"},
+     {PartitionKind::Shards, "shards"},
+     {PartitionKind::Dirichlet, "dirichlet"}}};
 
 struct PartitionOptions {
   PartitionKind kind = PartitionKind::Iid;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "consensusd/data/dataset.hpp"
+#include "consensusd/data/names.hpp"
 
 namespace consensusd::data {
 
@@ -18,7 +19,13 @@ enum class DatasetKind {
   SyntheticLeastSquares,
   SyntheticLogistic
 };
-std::optional<DatasetKind> parseDatasetKind(const std::string& text);
+inline constexpr NameTable<DatasetKind, 6> kDatasetKinds{
+    {{DatasetKind::FashionMnist, "fashion-mnist"},
+     {DatasetKind::Mnist, "mnist"},
+     {DatasetKind::Libsvm, "libsvm"},
+     {DatasetKind::Csv, "csv"},
+     {DatasetKind::SyntheticLeastSquares, "synthetic-least-squares"},
+     {DatasetKind::SyntheticLogistic, "synthetic-logistic"}}};
 
 struct DataSource {
   DatasetKind kind = DatasetKind::FashionMnist;
