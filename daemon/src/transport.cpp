@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <cstring>
 #include <random>
 #include <zmq_addon.hpp>
@@ -28,6 +29,15 @@ bool trySend(zmq::socket_t& dealer, const std::array<std::byte, wire::kHeaderSiz
     return false;
   return dealer.send(payload, zmq::send_flags::dontwait).has_value();
 }
+
+// A sent payload's share of its buffer, released by ZeroMQ's I/O thread.
+// libzmq hands the message over through pipes ThreadSanitizer cannot see
+// (Debian's build is not instrumented); the flag's release/acquire pair
+// makes the hand-over visible to it, for one uncontended atomic per send.
+struct PayloadReference {
+  std::shared_ptr<const void> owner;
+  std::atomic<bool> handedOver{false};
+};
 
 template <std::size_t N, class Enum>
 std::map<std::string, std::uint64_t> named(const std::array<std::uint64_t, N>& counts,
@@ -205,12 +215,18 @@ void Transport::flush(Link& link) {
     link.controls.pop_front();
   }
   if (!link.estimate) return;
-  auto* hint = new std::shared_ptr<const void>(link.estimate->owner);
+  auto* hint = new PayloadReference{link.estimate->owner};
+  hint->handedOver.store(true, std::memory_order_release);
   // ZeroMQ never writes a message it sends: the const_cast only fits its signature.
   zmq::message_t payload(
       const_cast<std::byte*>(link.estimate->payload.data()),  // NOLINT(*-const-cast)
       link.estimate->payload.size(),
-      [](void* /*data*/, void* h) { delete static_cast<std::shared_ptr<const void>*>(h); }, hint);
+      [](void* /*data*/, void* h) {
+        auto* reference = static_cast<PayloadReference*>(h);
+        [[maybe_unused]] const bool seen = reference->handedOver.load(std::memory_order_acquire);
+        delete reference;  // on a ZeroMQ I/O thread, once the send is done
+      },
+      hint);
   if (trySend(link.dealer, link.estimate->header, std::move(payload))) {
     link.estimate.reset();
   } else {
