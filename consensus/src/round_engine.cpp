@@ -203,18 +203,16 @@ std::optional<typename RoundEngine<Scalar>::Start> RoundEngine<Scalar>::tryStart
 template <class Scalar>
 Receipt RoundEngine<Scalar>::onEstimate(std::size_t node, std::int64_t round, const Scalar* values,
                                         Time now) {
-  const std::optional<std::size_t> index = slotOf(node);
-  if (!index) return Receipt::NotNeighbor;
-  Slot& slot = slots_[*index];
-  if (!plausibleRound(slot, round, now)) return Receipt::Implausible;
-  heard(slot, now);
-  slot.newestRound = std::max(slot.newestRound, round);
+  const auto admitted = admit(node, round, now);
+  if (const auto* refused = std::get_if<Receipt>(&admitted)) return *refused;
+  const std::size_t index = std::get<std::size_t>(admitted);
+  Slot& slot = slots_[index];
   const Receipt receipt = slot.mailbox.store(round, values, now, oldestUseful());
   if (receipt == Receipt::Stored || receipt == Receipt::Stale) {
     // Too old to mix or not, it completes the record of the rounds it was due
     // in: a neighbour a round behind is late, not absent.
     arrivals_.observeLate(
-        *index,
+        index,
         options_.mixRound == MixRound::Newest ? addSaturating(round, options_.staleness) : round,
         now);
     // Measured on arrival: by the next round start the estimate is mixed
@@ -274,13 +272,21 @@ Receipt RoundEngine<Scalar>::onDecision(std::size_t node, std::int64_t round, bo
 
 template <class Scalar>
 Receipt RoundEngine<Scalar>::onKeepAlive(std::size_t node, std::int64_t round, Time now) {
+  const auto admitted = admit(node, round, now);
+  if (const auto* refused = std::get_if<Receipt>(&admitted)) return *refused;
+  return Receipt::Stored;
+}
+
+template <class Scalar>
+std::variant<std::size_t, Receipt> RoundEngine<Scalar>::admit(std::size_t node, std::int64_t round,
+                                                              Time now) {
   const std::optional<std::size_t> index = slotOf(node);
   if (!index) return Receipt::NotNeighbor;
   Slot& slot = slots_[*index];
   if (!plausibleRound(slot, round, now)) return Receipt::Implausible;
   heard(slot, now);
   slot.newestRound = std::max(slot.newestRound, round);
-  return Receipt::Stored;
+  return *index;
 }
 
 template <class Scalar>

@@ -34,6 +34,7 @@ using consensusd::testing::roundOf;
 using consensusd::testing::runProcess;
 using consensusd::testing::sendRawTcp;
 using consensusd::testing::TempDir;
+using consensusd::testing::topologyHash;
 using consensusd::testing::waitFor;
 using consensusd::testing::with;
 using nlohmann::json;
@@ -185,9 +186,7 @@ TEST_CASE("hostile traffic is dropped and counted by reason, and the node keeps 
   REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
   const json first = ask(cluster, 0, {{"cmd", "status"}});
   const std::string topology = cluster.path("topology.yaml");
-  const auto hashLine = runProcess({CONSENSUSCTL, "topology", "info", topology, "--json"}).out;
-  const std::uint64_t hash =
-      std::stoull(json::parse(hashLine)["hash"].get<std::string>(), nullptr, 16);
+  const std::uint64_t hash = topologyHash(cluster);
   const std::uint64_t dimension = 21;  // logistic regression on 20 synthetic features
 
   std::ifstream endpoints(topology);

@@ -32,6 +32,7 @@ using consensusd::testing::Intruder;
 using consensusd::testing::kFast;
 using consensusd::testing::roundOf;
 using consensusd::testing::runProcess;
+using consensusd::testing::topologyHash;
 using consensusd::testing::waitFor;
 using consensusd::testing::with;
 using nlohmann::json;
@@ -41,12 +42,6 @@ namespace {
 
 constexpr std::uint64_t kDimension = 21;  // logistic regression on 20 synthetic features
 constexpr std::int64_t kFar = std::int64_t{1} << 62;
-
-std::uint64_t hashOf(const Cluster& cluster) {
-  const auto info =
-      runProcess({CONSENSUSCTL, "topology", "info", cluster.path("topology.yaml"), "--json"});
-  return std::stoull(json::parse(info.out)["hash"].get<std::string>(), nullptr, 16);
-}
 
 std::vector<std::string> helloFrames(std::uint32_t sender, std::int64_t round, std::uint64_t hash) {
   consensusd::wire::Header header;
@@ -99,7 +94,7 @@ TEST_CASE("a far-future estimate under a live neighbour's id is refused and neve
   Intruder liar(endpointOf(cluster, 0), "n1");
   for (const std::int64_t round : {kFar, std::numeric_limits<std::int64_t>::max()})
     REQUIRE(liar.send(
-        estimateFrames(1, round, hashOf(cluster), std::vector<float>(kDimension, 1000.0f))));
+        estimateFrames(1, round, topologyHash(cluster), std::vector<float>(kDimension, 1000.0f))));
   CHECK(waitFor([&] { return rejectsOf(cluster, 0, "implausible_round") >= 2; }, 10s));
   const json n1 = neighborOf(cluster, 0, "n1");
   INFO(n1.dump());
@@ -114,8 +109,9 @@ TEST_CASE("a HELLO with the largest round freezes nobody, and one far ahead move
     startAndWait(cluster);
     Intruder liar(endpointOf(cluster, 0), "n1");
     Intruder other(endpointOf(cluster, 0), "n2");
-    REQUIRE(liar.send(helloFrames(1, std::numeric_limits<std::int64_t>::max(), hashOf(cluster))));
-    REQUIRE(other.send(helloFrames(2, kFar, hashOf(cluster))));
+    REQUIRE(
+        liar.send(helloFrames(1, std::numeric_limits<std::int64_t>::max(), topologyHash(cluster))));
+    REQUIRE(other.send(helloFrames(2, kFar, topologyHash(cluster))));
     CHECK(waitFor([&] { return rejectsOf(cluster, 0, "implausible_round") >= 2; }, 10s));
     const std::int64_t round = roundOf(cluster, 0);
     CHECK(waitFor([&] { return roundOf(cluster, 0) > round + 200; }, 20s));
@@ -127,7 +123,7 @@ TEST_CASE("a HELLO with the largest round freezes nobody, and one far ahead move
     Cluster cluster(2, with(kFast, {"train.rounds=100000", "consensus.peer_timeout_ms=500"}));
     startAndWait(cluster);
     Intruder liar(endpointOf(cluster, 0), "n1");
-    REQUIRE(liar.send(helloFrames(1, kFar, hashOf(cluster))));
+    REQUIRE(liar.send(helloFrames(1, kFar, topologyHash(cluster))));
     CHECK(waitFor([&] { return rejectsOf(cluster, 0, "implausible_round") >= 1; }, 10s));
     const std::int64_t round = roundOf(cluster, 0);
     CHECK(round < 100'000);  // did not jump to the end of training
@@ -147,7 +143,7 @@ TEST_CASE("a hundred takeovers of a live neighbour's routing id crash nothing") 
   const std::string endpoint = endpointOf(cluster, 0);
   for (int attempt = 0; attempt < 100; ++attempt) {
     Intruder thief(endpoint, stolen);
-    thief.send(estimateFrames(1, roundOf(cluster, 0), hashOf(cluster),
+    thief.send(estimateFrames(1, roundOf(cluster, 0), topologyHash(cluster),
                               std::vector<float>(kDimension, 1000.0f)));
   }
   REQUIRE(answers(cluster, 0));
@@ -163,7 +159,7 @@ TEST_CASE("one replayed HELLO for an absent neighbour does not stall the node") 
   cluster.start(0);
   REQUIRE(waitFor([&] { return answers(cluster, 0) && roundOf(cluster, 0) > 20; }, 30s));
   Intruder replay(endpointOf(cluster, 0), "n1");
-  REQUIRE(replay.send(helloFrames(1, roundOf(cluster, 0), hashOf(cluster))));
+  REQUIRE(replay.send(helloFrames(1, roundOf(cluster, 0), topologyHash(cluster))));
   const std::int64_t round = roundOf(cluster, 0);
   // A revived n1 would hold every round for the 5 s peer timeout.
   CHECK(waitFor([&] { return roundOf(cluster, 0) > round + 100; }, 3s));
@@ -352,7 +348,7 @@ TEST_CASE("status shows a reject within a second or so even while no round compl
   REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
   REQUIRE(ask(cluster, 0, {{"cmd", "pause"}})["ok"] == true);
   Intruder stranger(endpointOf(cluster, 0), "n9");
-  REQUIRE(stranger.send(estimateFrames(0, 1, hashOf(cluster), {1.0f})));
+  REQUIRE(stranger.send(estimateFrames(0, 1, topologyHash(cluster), {1.0f})));
   CHECK(waitFor([&] { return rejectsOf(cluster, 0, "not_neighbor") >= 1; }, 3s));
   CHECK(ask(cluster, 0, {{"cmd", "status"}})["phase"] == "paused");
 }

@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstdint>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -20,6 +22,14 @@
 #include "consensusd/daemon/wire.hpp"
 
 namespace consensusd::testing {
+
+// The hash a well-formed message from the cluster's topology carries, as
+// `consensusctl topology info` reports it.
+inline std::uint64_t topologyHash(const Cluster& cluster) {
+  const auto info =
+      runProcess({CONSENSUSCTL, "topology", "info", cluster.path("topology.yaml"), "--json"});
+  return std::stoull(nlohmann::json::parse(info.out)["hash"].get<std::string>(), nullptr, 16);
+}
 
 // A CURVE client's keys (Z85): its own pair and the server's public key.
 struct CurveClient {

@@ -46,11 +46,6 @@ struct CurveRing {
   consensusd::config::CurveKeyPair keys(std::size_t i) const {
     return consensusd::config::readKeyFile(cluster.path("keys/" + Cluster::id(i) + ".key"));
   }
-  std::uint64_t hash() const {
-    const auto info =
-        runProcess({CONSENSUSCTL, "topology", "info", cluster.path("topology.yaml"), "--json"});
-    return std::stoull(json::parse(info.out)["hash"].get<std::string>(), nullptr, 16);
-  }
 };
 
 std::uint64_t counter(const json& status, const char* name) {
@@ -88,7 +83,8 @@ TEST_CASE(
   // An estimate far in the future with huge values: if any got in, n0 would
   // report that round for a neighbour.
   const auto frames = [&](std::uint32_t sender) {
-    return consensusd::testing::estimateFrames(sender, 1'000'000, ring.hash(),
+    return consensusd::testing::estimateFrames(sender, 1'000'000,
+                                               consensusd::testing::topologyHash(ring.cluster),
                                                std::vector<float>(21, 1000.0f));
   };
   const auto waitCounter = [&](const char* name, std::uint64_t atLeast) {

@@ -5,6 +5,8 @@
 #include <set>
 #include <utility>
 
+#include "reachable.hpp"
+
 namespace consensusd::topology {
 namespace {
 
@@ -37,22 +39,8 @@ bool connected(std::size_t n, const EdgeSet& edges) {
     adjacency[a].push_back(b);
     adjacency[b].push_back(a);
   }
-  std::vector<bool> seen(n, false);
-  std::vector<std::size_t> stack{0};
-  seen[0] = true;
-  std::size_t count = 1;
-  while (!stack.empty()) {
-    const std::size_t at = stack.back();
-    stack.pop_back();
-    for (const std::size_t next : adjacency[at]) {
-      if (!seen[next]) {
-        seen[next] = true;
-        ++count;
-        stack.push_back(next);
-      }
-    }
-  }
-  return count == n;
+  const std::vector<bool> seen = reachable(adjacency, 0);
+  return std::all_of(seen.begin(), seen.end(), [](bool s) { return s; });
 }
 
 // Pairs k stubs per node at random, choosing only pairs that keep the graph

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <utility>
 
+#include "reachable.hpp"
+
 namespace consensusd::topology {
 namespace {
 
@@ -88,25 +90,6 @@ std::uint64_t fnv1a(const std::string& text) {
     hash *= 0x100000001b3ULL;
   }
   return hash;
-}
-
-// Indices reachable from `start` following `adjacency`.
-std::vector<bool> reachable(const std::vector<std::vector<std::size_t>>& adjacency,
-                            std::size_t start) {
-  std::vector<bool> seen(adjacency.size(), false);
-  std::vector<std::size_t> stack{start};
-  seen[start] = true;
-  while (!stack.empty()) {
-    const std::size_t at = stack.back();
-    stack.pop_back();
-    for (const std::size_t next : adjacency[at]) {
-      if (!seen[next]) {
-        seen[next] = true;
-        stack.push_back(next);
-      }
-    }
-  }
-  return seen;
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <variant>
 #include <vector>
 
 #include "consensusd/consensus/estimators.hpp"
@@ -149,6 +150,10 @@ class RoundEngine {
     std::optional<Time> revivalStart;  // a suspect's first message; a second revives it
   };
 
+  // What an estimate and a keep-alive share: the sender's slot, if it is a
+  // neighbour and its round plausible (then heard, its newest round
+  // advanced); else why not.
+  std::variant<std::size_t, Receipt> admit(std::size_t node, std::int64_t round, Time now);
   // Whether `round` from `slot` may be believed now; updates the ahead run.
   bool plausibleRound(Slot& slot, std::int64_t round, Time now);
   // A message from `slot` was accepted: it is live again, except that a
