@@ -3,10 +3,14 @@
 #include "telemetry.hpp"
 
 #include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <csignal>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "process.hpp"
@@ -87,3 +91,23 @@ TEST_CASE("telemetry: without rounds no metrics file is created") {
   { Telemetry telemetry(dir.path() + "/metrics.jsonl"); }
   CHECK_FALSE(std::ifstream(dir.path() + "/metrics.jsonl").good());
 }
+
+#ifndef NDEBUG
+TEST_CASE("telemetry: a call from another thread than its owner's aborts (builds with asserts)") {
+  Telemetry telemetry("");
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {                 // the child's only thread owns nothing: the check must fire
+    std::signal(SIGABRT, SIG_DFL);  // not doctest's handler: the parent reads the signal
+    std::thread intruder([&] { telemetry.onRecord(record(0, 1.0)); });
+    intruder.join();
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGABRT);
+  telemetry.onRecord(record(0, 1.0));  // the owner itself may
+  CHECK(telemetry.loss() == 1.0);
+}
+#endif
