@@ -1,5 +1,6 @@
 #include "consensusd/config/load.hpp"
 
+#include <grp.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -134,7 +135,7 @@ void checkLocal(const NodeConfig& config, const Origins& origins) {
                std::to_string(config.straggler.toRound) + ")");
   }
   if (!hasModel(config) && config.model.dimension < 1) {
-    failAt(origins, "model.kind", "kind: none needs model.dimension >= 1");
+    failAt(origins, "model.kind", "kind: " + config.model.kind + " needs model.dimension >= 1");
   }
   if (data::parseName(data::kModelKinds, config.model.kind) == data::ModelKind::Mlp &&
       config.model.hidden.empty()) {
@@ -288,9 +289,22 @@ LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>&
     config.status.socket =
         fromTopology.empty() ? "/run/consensusd/" + config.node.id + ".sock" : fromTopology;
   }
+  std::optional<std::uint32_t> trainerGroup;
+  if (!config.trainer.group.empty()) {
+    const group* entry = ::getgrnam(config.trainer.group.c_str());
+    if (entry == nullptr)
+      failAt(origins, "trainer.group", "no group named '" + config.trainer.group + "'");
+    trainerGroup = entry->gr_gid;
+  }
+  if (config.trainer.socket.empty()) {
+    const std::string& status = config.status.socket;
+    const bool dotSock = status.size() > 5 && status.ends_with(".sock");
+    config.trainer.socket =
+        (dotSock ? status.substr(0, status.size() - 5) : status) + ".trainer.sock";
+  }
   if (config.checkpoint.dir.empty())
     config.checkpoint.dir = "/var/lib/consensusd/" + config.node.id;
-  return {std::move(config), std::move(graph), *index, std::move(curve)};
+  return {std::move(config), std::move(graph), *index, std::move(curve), trainerGroup};
 }
 
 CurveKeyPair readKeyFile(const std::string& path) {

@@ -12,7 +12,10 @@ Enum named(const data::NameTable<Enum, N>& table, const std::string& text) {
 }  // namespace
 
 bool hasModel(const NodeConfig& config) {
-  return config.model.kind != kNoModel;
+  return config.model.kind != kNoModel && config.model.kind != kExternalModel;
+}
+bool isExternal(const NodeConfig& config) {
+  return config.model.kind == kExternalModel;
 }
 bool usesFloat64(const NodeConfig& config) {
   return config.model.dtype == kFloat64;

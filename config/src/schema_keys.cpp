@@ -95,8 +95,9 @@ Key text(std::string path, Ref ref, std::string type, std::string doc) {
   return key;
 }
 
-// model.kind: the data module's models, or none.
-std::vector<std::string> withNone(std::vector<std::string> names) {
+// model.kind: the data module's models, an external trainer, or none.
+std::vector<std::string> withConfigModels(std::vector<std::string> names) {
+  names.emplace_back(kExternalModel);
   names.emplace_back(kNoModel);
   return names;
 }
@@ -184,11 +185,13 @@ std::vector<Key> makeKeys() {
       integer("data.seed", CONSENSUSD_FIELD(data.seed), 0, kMaxInt,
               "Seed of the partition; must be the same on every node."),
 
-      choice("model.kind", CONSENSUSD_FIELD(model.kind), withNone(data::namesOf(data::kModelKinds)),
-             "Model to train; none = no model, zero gradients on model.dimension parameters "
-             "(a round is the exchange alone: benchmarks)."),
+      choice("model.kind", CONSENSUSD_FIELD(model.kind),
+             withConfigModels(data::namesOf(data::kModelKinds)),
+             "Model to train; external = a trainer process attached at trainer.socket computes "
+             "the updates (docs/trainers.md); none = no model, zero gradients on "
+             "model.dimension parameters (a round is the exchange alone: benchmarks)."),
       integer("model.dimension", CONSENSUSD_FIELD(model.dimension), 0, 1LL << 31,
-              "Parameter count with kind: none."),
+              "Parameter count with kind: external or none."),
       integerList("model.hidden", CONSENSUSD_FIELD(model.hidden), 2, 1, 65536,
                   "Hidden layer widths with kind: mlp (1 or 2 layers)."),
       choice("model.dtype", CONSENSUSD_FIELD(model.dtype), {"float32", kFloat64},
@@ -305,6 +308,12 @@ std::vector<Key> makeKeys() {
            "Status socket; \"\" = the topology's status path, else /run/consensusd/<id>.sock."),
       text("status.http", CONSENSUSD_FIELD(status.http), "string",
            "HTTP status/metrics address HOST:PORT on loopback; \"\" = off."),
+
+      text("trainer.socket", CONSENSUSD_FIELD(trainer.socket), "path",
+           "With model.kind: external, the Unix socket trainers attach to (mode 0660); \"\" = "
+           "the status socket's path with .trainer.sock for .sock."),
+      text("trainer.group", CONSENSUSD_FIELD(trainer.group), "string",
+           "A group whose processes may attach besides the daemon's own user; \"\" = none."),
 
       text("checkpoint.dir", CONSENSUSD_FIELD(checkpoint.dir), "path",
            "Checkpoint folder; \"\" = /var/lib/consensusd/<id>."),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
 
 #include "consensusd/consensus/mixing.hpp"
 #include "consensusd/topology/analysis.hpp"
@@ -245,9 +246,11 @@ Receipt RoundEngine<Scalar>::onEstimate(std::size_t node, std::int64_t round, co
 
 template <class Scalar>
 void RoundEngine<Scalar>::onGradient(std::int64_t round, const Eigen::Ref<const Vector>& gradient,
-                                     double loss, const data::GradientStats& stats, Time now) {
+                                     double loss, const data::GradientStats& stats, Time now,
+                                     UpdateKind kind) {
   if (phase_ != Phase::Running || round != round_ || haveGradient_) return;
   gradient_ = gradient;
+  updateKind_ = kind;
   loss_ = loss;
   stats_ = stats;
   gradientAt_ = now;
@@ -436,7 +439,10 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
 
   // Curvature along the path for L (only the dynamic policy reads it: two
   // passes over the parameters saved for the others), then the step.
-  if (havePrevious_ && options_.policy.kind == PolicyKind::Dynamic) {
+  // A delta is no gradient: no curvature sample from it (the dynamic rule
+  // then sees the trainer's reported statistics only).
+  const bool isGradient = updateKind_ == UpdateKind::Gradient;
+  if (havePrevious_ && isGradient && options_.policy.kind == PolicyKind::Dynamic) {
     // (g_k - g_{k-1}) . (x_k - x_{k-1}) carries +eta sigma^2 / B from the
     // minibatch noise of g_{k-1}, which also moved x: take it out.
     const double noise = previousEta_ * previousVariance_ /
@@ -446,13 +452,19 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     gradients_.recordStep(curvature,
                           static_cast<double>((params_ - previousParams_).squaredNorm()));
   }
-  havePrevious_ = true;
+  havePrevious_ = isGradient;
   gradients_.record(stats_.gradNormSq, stats_.sampleVariance);
   record.learningRate = schedule_.at(round_);
   previousEta_ = record.learningRate;
   previousVariance_ = stats_.sampleVariance;
   record.gradientApplied = round_ >= mixRound - options_.staleness;
-  if (record.gradientApplied) sgd_.step(mixed_, gradient_, record.learningRate);
+  if (record.gradientApplied) {
+    if (isGradient) {
+      sgd_.step(mixed_, gradient_, record.learningRate);
+    } else {
+      mixed_ += gradient_;
+    }
+  }
   // Keep x_k and g_k for the next curvature sample, without copying.
   previousParams_.swap(params_);
   previousGradient_.swap(gradient_);
@@ -467,6 +479,13 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     slot.decisions.erase(slot.decisions.begin(), slot.decisions.lower_bound(round_));
   }
   return record;
+}
+
+template <class Scalar>
+void RoundEngine<Scalar>::resetParams(const Eigen::Ref<const Vector>& params) {
+  if (phase_ != Phase::Idle || params.size() != params_.size())
+    throw std::logic_error("resetParams: only between rounds, at the same dimension");
+  params_ = params;
 }
 
 template class RoundEngine<float>;

@@ -18,6 +18,7 @@
 #include "consensusd/version.hpp"
 #include "service_notify.hpp"
 #include "telemetry.hpp"
+#include "trainer_endpoint.hpp"
 #include "transport.hpp"
 
 namespace consensusd::daemon {
@@ -51,6 +52,7 @@ class Runner {
   int run() {
     loadData();
     transport_.emplace(topology_, self_, transportOptions());
+    if (config::isExternal(cfg_)) trainer_.emplace(trainerOptions());
     resume();
     service_.ready();  // systemd (Type=notify): started once the ports are bound
     spdlog::info(
@@ -82,6 +84,10 @@ class Runner {
   }
 
   void loadData() {
+    if (config::isExternal(cfg_)) {  // the trainer brings its data and model
+      dimension_ = static_cast<std::size_t>(cfg_.model.dimension);
+      return;
+    }
     data_ = data::load(config::dataSource(cfg_));
     const auto parts =
         data::partition(data_.train, config::partitionOptions(cfg_, topology_.size()));
@@ -110,6 +116,15 @@ class Runner {
     return options;
   }
 
+  TrainerOptions trainerOptions() const {
+    TrainerOptions options;
+    options.socket = cfg_.trainer.socket;
+    if (loaded_.trainerGroup) options.group = static_cast<gid_t>(*loaded_.trainerGroup);
+    options.dimension = dimension_;
+    options.dtype = dtype();
+    return options;
+  }
+
   void resume() {
     Checkpoint identity;
     identity.topologyHash = topology_.hash();
@@ -118,7 +133,9 @@ class Runner {
     identity.dimension = dimension_;
     checkpoints_.emplace(cfg_.checkpoint.dir, static_cast<std::size_t>(cfg_.checkpoint.keep),
                          identity);
-    Vector params = worker_->initialParams(static_cast<std::uint64_t>(cfg_.model.initSeed));
+    Vector params = worker_
+                        ? worker_->initialParams(static_cast<std::uint64_t>(cfg_.model.initSeed))
+                        : Vector::Zero(static_cast<Eigen::Index>(dimension_));
     std::int64_t firstRound = 0;
     Vector velocity;
     if (const std::optional<Checkpoint> checkpoint = checkpoints_->resume()) {
@@ -128,6 +145,9 @@ class Runner {
         std::memcpy(velocity.data(), checkpoint->velocity.data(), checkpoint->velocity.size());
       }
       firstRound = checkpoint->round;
+    } else if (trainer_) {
+      trainer_->expectInitialParams();  // a fresh start takes the trainer's initialisation
+      awaitingTrainerInit_ = true;
     }
     engine_ = std::make_unique<consensus::RoundEngine<Scalar>>(
         topology_, self_, engineOptions_, config::schedule(cfg_), cfg_.train.momentum,
@@ -240,9 +260,13 @@ class Runner {
       stopping_ = true;
     }
   }
-  bool mayStart() const { return !paused_ && !stopping_; }
+  bool mayStart() const { return !paused_ && !stopping_ && !awaitingTrainerInit_; }
   void started(std::int64_t round, const Vector& params) {
     publish(round, params);
+    if (trainer_) {
+      trainer_->publish(round, bytesOf(params));
+      return;
+    }
     const std::int64_t every = cfg_.train.evalEveryRounds;
     worker_->submit(round, params, every > 0 && round % every == 0);
   }
@@ -293,6 +317,7 @@ class Runner {
     status->discarded = traffic.discards();
     status->sends = traffic.sendEvents();
     status->connectionsClosed = traffic.connectionsClosed;
+    if (trainer_) status->trainer = trainer_->status();
     status->acceptFailures = board_.acceptFailures();
     status->classHistogram = histogram_;
     status->configYaml = configYaml_;
@@ -316,7 +341,7 @@ class Runner {
         transport_->sendControl(wire::Kind::Hello, engine_->round(), 0, std::nullopt, t);
         nextHello = t + helloEvery;
       }
-      if (auto result = worker_->take()) {
+      if (auto result = worker_ ? worker_->take() : std::nullopt) {
         engine_->onGradient(result->round, result->gradient, result->loss, result->stats, t);
         if (result->evaluation) telemetry_.onEvaluation(result->round, *result->evaluation);
       }
@@ -361,12 +386,15 @@ class Runner {
     const auto timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
         wake - now() + std::chrono::microseconds(999));
     auto& items = pollItems_;  // a member: no allocation per loop
-    items = {{nullptr, worker_->readyFd(), ZMQ_POLLIN, 0},
+    items = {{nullptr, worker_ ? worker_->readyFd() : -1, ZMQ_POLLIN, 0},
              {nullptr, signalFd_, ZMQ_POLLIN, 0},
              {nullptr, wakeFd_, ZMQ_POLLIN, 0}};
+    if (trainer_) trainer_->append(items);  // items 3 and 4
+    const std::size_t transportAt = items.size();
     transport_->append(items);
     zmq::poll(items, std::max(timeout, std::chrono::milliseconds(0)));
-    if (transport_->serve(std::span(items).subspan(3))) receive();
+    if (trainer_) serveTrainer(std::span(items).subspan(3, 2));
+    if (transport_->serve(std::span(items).subspan(transportAt))) receive();
     if (items[1].revents & ZMQ_POLLIN) {
       signalfd_siginfo info{};
       [[maybe_unused]] const ssize_t n = ::read(signalFd_, &info, sizeof info);
@@ -374,6 +402,23 @@ class Runner {
       stopping_ = true;
     }
     if (items[2].revents & ZMQ_POLLIN) drainFd(wakeFd_);
+  }
+
+  // The trainer's initialisation (fresh start) and its updates, to the engine.
+  void serveTrainer(std::span<const zmq::pollitem_t> items) {
+    const std::optional<TrainerUpdate> update = trainer_->serve(items);
+    if (auto initial = trainer_->takeInitialParams()) {
+      engine_->resetParams(Eigen::Map<const Vector>(
+          reinterpret_cast<const Scalar*>(initial->data()), static_cast<Eigen::Index>(dimension_)));
+      awaitingTrainerInit_ = false;
+      spdlog::info("initial parameters from the trainer");
+    }
+    if (!update) return;
+    const Eigen::Map<const Vector> values(reinterpret_cast<const Scalar*>(update->values.data()),
+                                          static_cast<Eigen::Index>(dimension_));
+    engine_->onGradient(update->round, values, update->loss, data::GradientStats{}, now(),
+                        update->kind);
+    if (update->accuracy) telemetry_.onEvaluation(update->round, {-1, *update->accuracy});
   }
 
   void shutdown() {
@@ -397,6 +442,7 @@ class Runner {
                              {"sends", traffic.sendEvents()}});
     publishStatus();
     worker_.reset();
+    trainer_.reset();
     const std::string rejects = nlohmann::json(traffic.rejects()).dump();
     transport_.reset();
     spdlog::info("stopped at round {}: test accuracy {:.4f}, rejects {}", engine_->round(),
@@ -421,6 +467,8 @@ class Runner {
   std::unique_ptr<ComputeWorker<Scalar>> worker_;
   std::size_t dimension_ = 0;
   std::optional<Transport> transport_;
+  std::optional<TrainerEndpoint> trainer_;  // model.kind: external
+  bool awaitingTrainerInit_ = false;        // a fresh start waits for the trainer's x_0
   std::optional<CheckpointWriter> checkpoints_;
   std::unique_ptr<consensus::RoundEngine<Scalar>> engine_;
   Telemetry telemetry_;

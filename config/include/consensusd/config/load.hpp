@@ -56,7 +56,8 @@ struct LoadedConfig {
   NodeConfig config;
   topology::Topology topology;
   std::size_t nodeIndex;
-  std::optional<CurveKeyPair> curve;  // with security.curve: read from secret_key_file
+  std::optional<CurveKeyPair> curve;          // with security.curve: read from secret_key_file
+  std::optional<std::uint32_t> trainerGroup;  // trainer.group's gid, when set
 };
 
 // A key file: YAML with `node`, `public_key` and `secret_key`. Errors (a

@@ -33,7 +33,7 @@ struct NodeConfig {
   struct Model {
     std::string kind = "softmax";
     std::vector<std::int64_t> hidden{256};
-    std::int64_t dimension = 0;  // kind: none only
+    std::int64_t dimension = 0;  // kind: external or none
     std::string dtype = "float32";
     std::int64_t initSeed = 1;
   } model;
@@ -93,6 +93,10 @@ struct NodeConfig {
     std::string socket;  // "": the topology's status path, else /run/consensusd/<id>.sock
     std::string http;    // "": off; else HOST:PORT on loopback
   } status;
+  struct Trainer {
+    std::string socket;  // "": next to the status socket
+    std::string group;   // "": the daemon's user only
+  } trainer;
   struct Checkpoint {
     std::string dir;  // "": /var/lib/consensusd/<id>
     std::int64_t everyRounds = 100;

@@ -16,8 +16,10 @@ namespace consensusd::config {
 
 // The two choices that are the config's own, not a module's enum.
 inline constexpr const char* kNoModel = "none";  // model.kind: zero gradients, exchange only
+inline constexpr const char* kExternalModel = "external";  // model.kind: an attached trainer
 inline constexpr const char* kFloat64 = "float64";
-bool hasModel(const NodeConfig& config);
+bool hasModel(const NodeConfig& config);  // a built-in model (not external, not none)
+bool isExternal(const NodeConfig& config);
 bool usesFloat64(const NodeConfig& config);
 
 data::DataSource dataSource(const NodeConfig& config);

@@ -64,6 +64,12 @@ struct RoundRecord {
   data::GradientStats gradient;
 };
 
+// What a driver hands the engine for the node's own step: a gradient (the
+// engine's optimizer and schedule step along it: x_{k+1} = mix - eta g, with
+// momentum if set) or a delta an outside optimizer already took at x_k
+// (x_{k+1} = mix + delta; docs/trainers.md).
+enum class UpdateKind { Gradient, Delta };
+
 struct Decision {
   std::size_t node;  // topology index of the neighbour to tell
   std::int64_t round;
@@ -91,7 +97,8 @@ class RoundEngine {
   // (plausibleRound): beyond it, `Implausible`, and nothing changes.
   Receipt onEstimate(std::size_t node, std::int64_t round, const Scalar* values, Time now);
   void onGradient(std::int64_t round, const Eigen::Ref<const Vector>& gradient, double loss,
-                  const data::GradientStats& stats, Time now);
+                  const data::GradientStats& stats, Time now,
+                  UpdateKind kind = UpdateKind::Gradient);
   Receipt onDecision(std::size_t node, std::int64_t round, bool usedMine, Time now);
   // A keep-alive from a neighbour working on `round`: not suspect, and its
   // progress counts for the lead bound and skipping even when its estimates
@@ -106,6 +113,9 @@ class RoundEngine {
 
   // Takes effect at the next round start.
   void setPolicy(const PolicySpec& spec);
+  // Initial parameters from elsewhere (an external trainer's seeded
+  // initialisation), before the first round starts.
+  void resetParams(const Eigen::Ref<const Vector>& params);
 
   Phase phase() const { return phase_; }
   std::int64_t round() const { return round_; }
@@ -194,6 +204,7 @@ class RoundEngine {
   Vector mixed_;   // x_hat
   Vector gradient_;
   bool haveGradient_ = false;
+  UpdateKind updateKind_ = UpdateKind::Gradient;
   Time gradientAt_{};
   double loss_ = 0.0;
   data::GradientStats stats_;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,18 @@ struct NeighborStatus {
   std::uint64_t duplicate = 0;
   std::uint64_t rejected = 0;
   std::uint64_t mixed = 0;
+};
+
+// The attached trainer (model.kind: external).
+struct TrainerStatus {
+  bool attached = false;
+  std::int64_t pid = 0;
+  std::uint64_t attaches = 0;
+  std::uint64_t updates = 0;
+  std::uint64_t rejectedUpdates = 0;  // wrong round, kind or length, NaN/Inf
+  std::uint64_t refused = 0;          // connections refused (second trainer, stranger, bad hello)
+  double meanUpdateMs = 0;            // publish -> update, over the recent window
+  double p95UpdateMs = 0;
 };
 
 struct StatusSnapshot {
@@ -53,7 +66,8 @@ struct StatusSnapshot {
   double uptimeS = 0;
   bool paused = false;
   std::vector<NeighborStatus> neighbors;
-  std::uint64_t accepted = 0;  // messages that passed validation and the round check
+  std::optional<TrainerStatus> trainer;  // with model.kind: external
+  std::uint64_t accepted = 0;            // messages that passed validation and the round check
   // Messages refused (malformed, foreign, implausible), by reason.
   std::map<std::string, std::uint64_t> rejects;
   // Well-formed estimates not kept (normal under asynchrony): stale, duplicate.

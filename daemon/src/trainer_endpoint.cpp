@@ -1,0 +1,308 @@
+#include "trainer_endpoint.hpp"
+
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "consensusd/daemon/status_server.hpp"
+
+namespace consensusd::daemon {
+namespace {
+
+constexpr std::size_t kMaxLine = 4096;  // every message is a short JSON line
+constexpr std::size_t kWindow = 100;    // update times kept for mean and p95
+
+const char* dtypeName(wire::Dtype dtype) {
+  return dtype == wire::Dtype::Float64 ? "float64" : "float32";
+}
+
+}  // namespace
+
+TrainerEndpoint::TrainerEndpoint(TrainerOptions options)
+    : options_(std::move(options)),
+      slotBytes_(options_.dimension * wire::bytesPer(options_.dtype)) {
+  const std::string& path = options_.socket;
+  sockaddr_un address{};
+  if (path.size() >= sizeof address.sun_path)
+    throw Unavailable("trainer socket path too long: " + path);
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  listenFd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listenFd_ < 0) throw Unavailable("trainer socket: " + std::string(std::strerror(errno)));
+  // A socket file left by a daemon that died: nobody listens on it.
+  if (::connect(listenFd_, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) {
+    ::close(listenFd_);
+    throw Unavailable("trainer socket " + path + " is served by a running daemon");
+  }
+  ::close(listenFd_);
+  listenFd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  ::unlink(path.c_str());
+  if (::bind(listenFd_, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0 ||
+      ::chmod(path.c_str(), 0660) != 0 || ::listen(listenFd_, 4) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(listenFd_);
+    throw Unavailable("cannot bind trainer socket " + path + ": " + why);
+  }
+  regionFd_ = ::memfd_create("consensusd-trainer", MFD_CLOEXEC);
+  const auto bytes = static_cast<off_t>(2 * slotBytes_);
+  if (regionFd_ < 0 || ::ftruncate(regionFd_, bytes) != 0)
+    throw Unavailable("trainer region: " + std::string(std::strerror(errno)));
+  void* mapped = ::mmap(nullptr, 2 * slotBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, regionFd_, 0);
+  if (mapped == MAP_FAILED)
+    throw Unavailable("trainer region: " + std::string(std::strerror(errno)));
+  region_ = static_cast<std::byte*>(mapped);
+  spdlog::info("trainer socket {} ({} parameters, {})", path, options_.dimension,
+               dtypeName(options_.dtype));
+}
+
+TrainerEndpoint::~TrainerEndpoint() {
+  if (trainerFd_ >= 0) ::close(trainerFd_);
+  if (region_ != nullptr) ::munmap(region_, 2 * slotBytes_);
+  if (regionFd_ >= 0) ::close(regionFd_);
+  if (listenFd_ >= 0) {
+    ::close(listenFd_);
+    ::unlink(options_.socket.c_str());
+  }
+}
+
+std::span<std::byte> TrainerEndpoint::slot(std::size_t index) const {
+  return {region_ + index * slotBytes_, slotBytes_};
+}
+
+void TrainerEndpoint::publish(std::int64_t round, std::span<const std::byte> params) {
+  owner_.check();
+  std::memcpy(slot(0).data(), params.data(), std::min(params.size(), slotBytes_));
+  round_ = round;
+  announced_ = false;
+  publishedAt_ = std::chrono::steady_clock::now();
+  announce();
+}
+
+std::optional<std::vector<std::byte>> TrainerEndpoint::takeInitialParams() {
+  owner_.check();
+  std::optional<std::vector<std::byte>> out;
+  out.swap(initial_);
+  return out;
+}
+
+void TrainerEndpoint::announce() {
+  if (trainerFd_ < 0 || !welcomed_ || !round_ || announced_) return;
+  send(nlohmann::json({{"type", "round"}, {"round", *round_}}).dump());
+  announced_ = true;
+}
+
+void TrainerEndpoint::append(std::vector<zmq::pollitem_t>& items) {
+  owner_.check();
+  items.push_back({nullptr, listenFd_, ZMQ_POLLIN, 0});
+  items.push_back({nullptr, trainerFd_, static_cast<short>(trainerFd_ >= 0 ? ZMQ_POLLIN : 0), 0});
+}
+
+std::optional<TrainerUpdate> TrainerEndpoint::serve(std::span<const zmq::pollitem_t> items) {
+  owner_.check();
+  if (items[0].revents & ZMQ_POLLIN) accept();
+  if (trainerFd_ < 0 || (items[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) == 0) return std::nullopt;
+  std::array<char, 4096> buffer{};
+  const ssize_t got = ::recv(trainerFd_, buffer.data(), buffer.size(), MSG_DONTWAIT);
+  if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+    detach(got == 0 ? "closed the connection" : std::strerror(errno));
+    return std::nullopt;
+  }
+  if (got < 0) return std::nullopt;
+  input_.append(buffer.data(), static_cast<std::size_t>(got));
+  std::optional<TrainerUpdate> update;
+  for (std::size_t end = input_.find('\n'); end != std::string::npos && trainerFd_ >= 0;
+       end = input_.find('\n')) {
+    const std::string line = input_.substr(0, end);
+    input_.erase(0, end + 1);
+    if (auto taken = handle(line)) update = taken;
+  }
+  if (trainerFd_ >= 0 && input_.size() > kMaxLine) detach("sent a line longer than 4096 bytes");
+  return update;
+}
+
+void TrainerEndpoint::accept() {
+  const int fd = ::accept4(listenFd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd < 0) return;  // EAGAIN, or out of descriptors: the trainer retries
+  ucred peer{};
+  socklen_t length = sizeof peer;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) {
+    refuse(fd, "cannot read the peer's credentials");
+    return;
+  }
+  const bool allowed = peer.uid == ::geteuid() || (options_.group && peer.gid == *options_.group);
+  if (!allowed) {
+    refuse(fd, "uid " + std::to_string(peer.uid) +
+                   " may not attach: only the daemon's user or trainer.group");
+    return;
+  }
+  if (trainerFd_ >= 0) {
+    refuse(fd, "another trainer (pid " + std::to_string(trainerPid_) + ") is attached");
+    return;
+  }
+  trainerFd_ = fd;
+  trainerPid_ = peer.pid;
+  welcomed_ = false;
+  input_.clear();
+}
+
+void TrainerEndpoint::refuse(int fd, const std::string& why) {
+  ++counts_.refused;
+  spdlog::warn("trainer refused: {}", why);
+  const std::string line = nlohmann::json({{"type", "error"}, {"message", why}}).dump() + "\n";
+  [[maybe_unused]] const ssize_t n = ::send(fd, line.data(), line.size(), MSG_NOSIGNAL);
+  ::close(fd);
+}
+
+void TrainerEndpoint::detach(const std::string& why) {
+  if (trainerFd_ < 0) return;
+  spdlog::warn("trainer (pid {}) detached: {}", trainerPid_, why);
+  ::close(trainerFd_);
+  trainerFd_ = -1;
+  trainerPid_ = 0;
+  welcomed_ = false;
+  announced_ = false;  // the next trainer gets the current round
+  input_.clear();
+}
+
+void TrainerEndpoint::send(const std::string& line, int passFd) {
+  const std::string text = line + "\n";
+  iovec io{const_cast<char*>(text.data()), text.size()};  // NOLINT(*-const-cast): sendmsg's type
+  msghdr message{};
+  message.msg_iov = &io;
+  message.msg_iovlen = 1;
+  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> control{};
+  if (passFd >= 0) {
+    message.msg_control = control.data();
+    message.msg_controllen = control.size();
+    cmsghdr* header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(header), &passFd, sizeof(int));
+  }
+  // Lines are short: a socket buffer too full for one is a trainer that stopped reading.
+  if (::sendmsg(trainerFd_, &message, MSG_NOSIGNAL | MSG_DONTWAIT) !=
+      static_cast<ssize_t>(text.size()))
+    detach("does not read its socket");
+}
+
+bool TrainerEndpoint::finite(std::span<const std::byte> values) const {
+  if (options_.dtype == wire::Dtype::Float64) {
+    const auto* v = reinterpret_cast<const double*>(values.data());
+    return std::all_of(v, v + options_.dimension, [](double x) { return std::isfinite(x); });
+  }
+  const auto* v = reinterpret_cast<const float*>(values.data());
+  return std::all_of(v, v + options_.dimension, [](float x) { return std::isfinite(x); });
+}
+
+std::optional<TrainerUpdate> TrainerEndpoint::handle(const std::string& line) {
+  const nlohmann::json message = nlohmann::json::parse(line, nullptr, false);
+  const std::string type =
+      message.is_object() ? message.value("type", std::string()) : std::string();
+  const auto reject = [&](const std::string& reason) {
+    ++counts_.rejectedUpdates;
+    spdlog::warn("trainer update rejected: {}", reason);
+    send(nlohmann::json({{"type", "rejected"}, {"reason", reason}}).dump());
+  };
+  if (!welcomed_) {
+    if (type != "hello") {
+      detach("the first message must be a hello");
+      return std::nullopt;
+    }
+    const auto dimension = message.value("dimension", std::uint64_t{0});
+    const std::string dtype = message.value("dtype", std::string());
+    if (dimension != options_.dimension || dtype != dtypeName(options_.dtype)) {
+      const std::string why = "this node trains " + std::to_string(options_.dimension) + " " +
+                              dtypeName(options_.dtype) + " parameters; the trainer has " +
+                              std::to_string(dimension) + " " + dtype;
+      ++counts_.refused;
+      send(nlohmann::json({{"type", "error"}, {"message", why}}).dump());
+      detach(why);
+      return std::nullopt;
+    }
+    welcomed_ = true;
+    ++counts_.attaches;
+    const bool fresh = wantInit_ && !initial_;
+    send(nlohmann::json({{"type", "welcome"},
+                         {"dimension", options_.dimension},
+                         {"dtype", dtypeName(options_.dtype)},
+                         {"region_bytes", 2 * slotBytes_},
+                         {"fresh", fresh}})
+             .dump(),
+         regionFd_);
+    spdlog::info("trainer attached (pid {}){}", trainerPid_,
+                 fresh ? ": waiting for its initial parameters" : "");
+    announce();
+    return std::nullopt;
+  }
+  if (type == "init") {
+    if (!wantInit_) return std::nullopt;  // resumed or already initialised: ours stand
+    if (!finite(slot(0))) {
+      reject("non_finite initial parameters");
+      return std::nullopt;
+    }
+    initial_.emplace(slot(0).begin(), slot(0).end());
+    wantInit_ = false;
+    return std::nullopt;
+  }
+  if (type != "update") {
+    reject("unknown message type '" + type + "'");
+    return std::nullopt;
+  }
+  const std::string kind = message.value("kind", std::string("gradient"));
+  const auto round = message.value("round", std::int64_t{-1});
+  const auto loss = message.value("loss", 0.0);
+  if (!round_ || round != *round_) {
+    reject("round " + std::to_string(round) + " is not the round given");
+    return std::nullopt;
+  }
+  if (kind != "gradient" && kind != "delta") {
+    reject("kind must be gradient or delta, not '" + kind + "'");
+    return std::nullopt;
+  }
+  if (!finite(slot(1)) || !std::isfinite(loss)) {
+    reject("non_finite");
+    return std::nullopt;
+  }
+  TrainerUpdate update;
+  update.round = round;
+  update.kind = kind == "delta" ? consensus::UpdateKind::Delta : consensus::UpdateKind::Gradient;
+  update.loss = loss;
+  if (message.contains("accuracy") && message["accuracy"].is_number())
+    update.accuracy = message["accuracy"].get<double>();
+  update.values = slot(1);
+  round_.reset();
+  ++counts_.updates;
+  updateMs_.push_back(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - publishedAt_)
+          .count());
+  while (updateMs_.size() > kWindow) updateMs_.pop_front();
+  return update;
+}
+
+TrainerStatus TrainerEndpoint::status() const {
+  owner_.check();
+  TrainerStatus status = counts_;
+  status.attached = trainerFd_ >= 0 && welcomed_;
+  status.pid = trainerPid_;
+  if (!updateMs_.empty()) {
+    status.meanUpdateMs = std::accumulate(updateMs_.begin(), updateMs_.end(), 0.0) /
+                          static_cast<double>(updateMs_.size());
+    std::vector<double> sorted(updateMs_.begin(), updateMs_.end());
+    std::sort(sorted.begin(), sorted.end());
+    status.p95UpdateMs = sorted[(sorted.size() - 1) * 95 / 100];
+  }
+  return status;
+}
+
+}  // namespace consensusd::daemon

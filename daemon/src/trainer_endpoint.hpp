@@ -1,0 +1,100 @@
+#pragma once
+// The trainer socket (model.kind: external, docs/trainers.md): a local
+// process attaches over a Unix socket and computes the node's updates. The
+// parameters are shared, not sent: the daemon creates a memfd region of two
+// slots (x_k, then the update), hands its descriptor over with SCM_RIGHTS,
+// and the socket carries one short JSON line per event. One trainer at a
+// time; a peer that is neither the daemon's user nor in trainer.group is
+// refused. Owned by the engine thread, polled with the other descriptors.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "consensusd/consensus/round_engine.hpp"
+#include "consensusd/daemon/status.hpp"
+#include "consensusd/daemon/wire.hpp"
+#include "owner_thread.hpp"
+
+namespace consensusd::daemon {
+
+struct TrainerOptions {
+  std::string socket;          // the Unix socket's path
+  std::optional<gid_t> group;  // may attach besides the daemon's own user
+  std::size_t dimension = 0;
+  wire::Dtype dtype = wire::Dtype::Float32;
+};
+
+// A validated update for the round the trainer was given; `values` point
+// into the shared region (valid until the next publish).
+struct TrainerUpdate {
+  std::int64_t round = 0;
+  consensus::UpdateKind kind = consensus::UpdateKind::Gradient;
+  double loss = 0;
+  std::optional<double> accuracy;
+  std::span<const std::byte> values;
+};
+
+class TrainerEndpoint {
+ public:
+  // Binds the socket (mode 0660) and creates the shared region; throws
+  // Unavailable if the path cannot be bound.
+  explicit TrainerEndpoint(TrainerOptions options);
+  ~TrainerEndpoint();
+  TrainerEndpoint(const TrainerEndpoint&) = delete;
+  TrainerEndpoint& operator=(const TrainerEndpoint&) = delete;
+
+  // Round `round` starts at `params`: copied into the region's x slot and
+  // announced to the trainer (now, or when one attaches).
+  void publish(std::int64_t round, std::span<const std::byte> params);
+  // The parameters a trainer offered on a fresh start (its own seeded
+  // initialisation), taken once; none if it offered none.
+  std::optional<std::vector<std::byte>> takeInitialParams();
+  // A fresh start waits for the first trainer's initialisation.
+  void expectInitialParams() { wantInit_ = true; }
+
+  void append(std::vector<zmq::pollitem_t>& items);
+  // After zmq::poll: accepts, reads, answers; an update when one is complete.
+  std::optional<TrainerUpdate> serve(std::span<const zmq::pollitem_t> items);
+
+  TrainerStatus status() const;
+
+ private:
+  void accept();
+  void refuse(int fd, const std::string& why);
+  void detach(const std::string& why);
+  void readLines();
+  std::optional<TrainerUpdate> handle(const std::string& line);
+  void send(const std::string& line, int passFd = -1);
+  void announce();
+  bool finite(std::span<const std::byte> values) const;
+  std::span<std::byte> slot(std::size_t index) const;
+
+  OwnerThread owner_;
+  TrainerOptions options_;
+  std::size_t slotBytes_ = 0;
+  int listenFd_ = -1;
+  int regionFd_ = -1;
+  std::byte* region_ = nullptr;
+  int trainerFd_ = -1;
+  pid_t trainerPid_ = 0;
+  bool welcomed_ = false;              // hello answered: updates may come
+  std::string input_;                  // a partial line
+  std::optional<std::int64_t> round_;  // published, no update taken yet
+  bool announced_ = false;
+  std::chrono::steady_clock::time_point publishedAt_{};
+  bool wantInit_ = false;
+  std::optional<std::vector<std::byte>> initial_;
+  std::deque<double> updateMs_;  // the recent window
+  TrainerStatus counts_;
+};
+
+}  // namespace consensusd::daemon

@@ -1,0 +1,186 @@
+"""Attach a trainer process to its consensusd node (model.kind: external).
+
+The daemon runs the node (neighbours, wait policy, mixing, checkpoints);
+this process computes the updates. Parameters are shared through a memory
+region the daemon creates and passes over the trainer socket, so each
+round costs two short JSON lines, not a copy of the model:
+
+    import consensusd
+    with consensusd.attach("/run/consensusd/n0.trainer.sock", dimension, "float32",
+                           init=x0) as node:
+        for round in node.rounds():
+            x = round.params                  # numpy view of x_k (read only)
+            g, loss = compute_gradient(x)
+            round.submit(g, loss=loss)        # or kind="delta": x_after - x_k
+
+Pure Python: numpy only (torch is optional, see consensusd.torch).
+"""
+
+import array
+import json
+import mmap
+import os
+import socket
+import time
+
+import numpy as np
+
+__all__ = ["attach", "Node", "Round", "DaemonError", "UpdateRejected"]
+
+_DTYPES = {"float32": np.float32, "float64": np.float64}
+
+
+class DaemonError(RuntimeError):
+    """The daemon refused the trainer, or the connection was lost."""
+
+
+class UpdateRejected(RuntimeError):
+    """The daemon rejected an update (NaN/Inf, wrong round or kind); nothing was applied."""
+
+
+class Round:
+    """One round: the parameters x_k to compute at, and where to put the update."""
+
+    def __init__(self, node, index):
+        self._node = node
+        self.index = index
+
+    @property
+    def params(self):
+        """x_k, a read-only numpy view of the shared region (valid until submit)."""
+        return self._node._params
+
+    def submit(self, update, loss, kind="gradient", accuracy=None):
+        """Hand back the update at x_k: a gradient (the daemon's optimizer steps) or a
+        delta x_after - x_k (the trainer's own optimizer stepped)."""
+        self._node._submit(self.index, update, loss, kind, accuracy)
+
+
+class Node:
+    """A trainer's connection to its daemon; use attach() to make one."""
+
+    def __init__(self, path, dimension, dtype="float32", init=None, timeout=30.0):
+        if dtype not in _DTYPES:
+            raise ValueError("dtype must be float32 or float64, not %r" % dtype)
+        self.dimension = int(dimension)
+        self.dtype = dtype
+        self._sock = _connect(path, timeout)
+        self._buffer = b""
+        try:
+            self._send({"type": "hello", "dimension": self.dimension, "dtype": dtype})
+        except DaemonError as lost:
+            # A daemon that refuses us says why, then closes: read its reason.
+            self._receive()
+            raise lost
+        welcome, fds = self._receive(with_fds=True)
+        if welcome.get("type") != "welcome" or not fds:
+            raise DaemonError("unexpected answer to hello: %r" % welcome)
+        self._region = mmap.mmap(fds[0], welcome["region_bytes"])
+        _close_fds(fds)
+        item = _DTYPES[dtype]
+        slots = np.frombuffer(self._region, dtype=item).reshape(2, self.dimension)
+        self._params = slots[0]
+        self._update = slots[1]
+        if welcome.get("fresh"):
+            # A fresh start takes x_0 from the trainer: every trainer should
+            # initialise alike (the same seed), or the nodes start apart.
+            if init is None:
+                raise DaemonError("the daemon starts fresh and needs initial parameters: "
+                                  "pass init= (the same on every node)")
+            self._params[:] = np.asarray(init, dtype=item).reshape(-1)
+            self._send({"type": "init"})
+        readonly = self._params.view()
+        readonly.flags.writeable = False
+        self._params = readonly
+
+    def rounds(self):
+        """Yields each round the daemon gives this trainer, until the daemon goes away."""
+        while True:
+            message = self._receive()
+            kind = message.get("type")
+            if kind == "round":
+                yield Round(self, message["round"])
+            elif kind == "rejected":
+                raise UpdateRejected(message.get("reason", "rejected"))
+            elif kind == "error":
+                raise DaemonError(message.get("message", "error"))
+
+    def _submit(self, index, update, loss, kind, accuracy):
+        update = np.asarray(update).reshape(-1)
+        if update.size != self.dimension:
+            raise ValueError("update has %d values, the node trains %d" %
+                             (update.size, self.dimension))
+        self._update[:] = update
+        message = {"type": "update", "round": int(index), "kind": kind, "loss": float(loss)}
+        if accuracy is not None:
+            message["accuracy"] = float(accuracy)
+        self._send(message)
+
+    def close(self):
+        self._params = self._update = None
+        if self._region is not None:
+            try:
+                self._region.close()
+            except BufferError:  # a caller still holds a view: the mapping goes with it
+                pass
+            self._region = None
+        self._sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _send(self, message):
+        try:
+            self._sock.sendall((json.dumps(message) + "\n").encode())
+        except OSError as e:
+            raise DaemonError("lost the daemon: %s" % e) from e
+
+    def _receive(self, with_fds=False):
+        fds = []
+        while b"\n" not in self._buffer:
+            try:
+                data, ancillary, _, _ = self._sock.recvmsg(4096, socket.CMSG_SPACE(4))
+            except OSError as e:
+                raise DaemonError("lost the daemon: %s" % e) from e
+            for level, kind, payload in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.extend(array.array("i", payload[:len(payload) - len(payload) % 4]))
+            if not data:
+                raise DaemonError("the daemon closed the connection")
+            self._buffer += data
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        message = json.loads(line)
+        if message.get("type") == "error":
+            _close_fds(fds)
+            raise DaemonError(message.get("message", "error"))
+        return (message, fds) if with_fds else message
+
+
+def _connect(path, timeout):
+    """Connects, retrying with back-off while the daemon (re)starts."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(path)
+            return sock
+        except OSError as e:
+            sock.close()
+            if time.monotonic() + delay > deadline:
+                raise DaemonError("cannot reach the daemon at %s: %s" % (path, e)) from e
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+def _close_fds(fds):
+    for fd in fds:
+        os.close(fd)
+
+
+def attach(path, dimension, dtype="float32", init=None, timeout=30.0):
+    """Attaches to the daemon's trainer socket (retrying up to `timeout` seconds)."""
+    return Node(path, dimension, dtype, init, timeout)

@@ -1,0 +1,169 @@
+// External trainers (model.kind: external): real daemons, each with a numpy
+// trainer process (tests/integration/trainers/quadratic.py, the Python
+// package from python/) attached over its trainer socket.
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cluster.hpp"
+#include "cluster_status.hpp"
+#include "process.hpp"
+
+using consensusd::testing::answers;
+using consensusd::testing::ask;
+using consensusd::testing::Child;
+using consensusd::testing::Cluster;
+using consensusd::testing::runProcess;
+using consensusd::testing::waitFor;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr int kDimension = 8;
+
+std::vector<std::string> externalModel(std::int64_t rounds) {
+  return {"model.kind=external", "model.dimension=" + std::to_string(kDimension),
+          "train.learning_rate=0.1", "train.rounds=" + std::to_string(rounds),
+          "consensus.peer_timeout_ms=1000"};
+}
+
+std::string trainerSocket(const Cluster& cluster, std::size_t i) {
+  return cluster.path(Cluster::id(i) + ".trainer.sock");
+}
+
+std::vector<std::string> trainerArgv(const Cluster& cluster, std::size_t i,
+                                     const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> argv{
+      "/usr/bin/env",
+      "PYTHONPATH=" + std::string(CONSENSUSD_SOURCE_DIR) + "/python",
+      "/usr/bin/python3",
+      std::string(CONSENSUSD_SOURCE_DIR) + "/tests/integration/trainers/quadratic.py",
+      trainerSocket(cluster, i),
+      std::to_string(i),
+      std::to_string(kDimension)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+// The JSON lines a trainer printed (its log file).
+std::vector<json> linesOf(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<json> lines;
+  for (std::string line; std::getline(in, line);) {
+    const json parsed = json::parse(line, nullptr, false);
+    if (!parsed.is_discarded()) lines.push_back(parsed);
+  }
+  return lines;
+}
+
+json trainerStatus(const Cluster& cluster, std::size_t i) {
+  const json status = ask(cluster, i, {{"cmd", "status"}});
+  return status.value("trainer", json::object());
+}
+
+}  // namespace
+
+TEST_CASE("external trainers: a ring of three trains to the network's optimum") {
+  // Waiting for every neighbour, the rounds are synchronous gradient descent
+  // with mixing: the nodes' mean reaches the optimum exactly.
+  auto overrides = externalModel(300);
+  overrides.push_back("consensus.policy=all");
+  Cluster cluster(3, overrides);
+  cluster.startAll();
+  std::vector<std::unique_ptr<Child>> trainers;
+  for (std::size_t i = 0; i < 3; ++i) {
+    REQUIRE(waitFor([&] { return answers(cluster, i); }, 30s));
+    trainers.push_back(std::make_unique<Child>(trainerArgv(cluster, i),
+                                               cluster.path("trainer" + std::to_string(i))));
+  }
+  REQUIRE(waitFor([&] { return trainerStatus(cluster, 0).value("updates", 0) > 20; }, 60s));
+  const json t = trainerStatus(cluster, 0);
+  CHECK(t["attached"] == true);
+  CHECK(t["pid"].get<int>() > 0);
+  CHECK(t["rejected_updates"] == 0);
+  CHECK(t["mean_update_ms"].get<double>() > 0);
+
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto code = cluster.child(i).wait(120s);
+    REQUIRE(code.has_value());
+    CHECK(*code == 0);
+    REQUIRE(trainers[i]->wait(30s).has_value());  // the daemon went away: the trainer ends
+  }
+  // Node i pulls toward t_i[0] = i; mixing pulls all toward the mean, 1,
+  // and the network's objective (the sum of the nodes' losses) falls.
+  double firstSum = 0;
+  double lastSum = 0;
+  double meanX0 = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto lines = linesOf(cluster.path("trainer" + std::to_string(i)));
+    REQUIRE(lines.size() > 250);
+    const json& last = lines[lines.size() - 2];  // the final line reports the daemon leaving
+    CAPTURE(i);
+    CAPTURE(last);
+    CHECK(std::abs(last["x0"].get<double>() - 1.0) < 0.25);
+    meanX0 += last["x0"].get<double>() / 3;
+    CHECK(lines.back().contains("daemon_error"));
+    firstSum += lines.front()["loss"].get<double>();
+    lastSum += last["loss"].get<double>();
+  }
+  CHECK(lastSum < 0.5 * firstSum);
+  CHECK(meanX0 == doctest::Approx(1.0).epsilon(0.01));
+}
+
+TEST_CASE("external trainers: a NaN update is refused and never applied, a new trainer resumes") {
+  Cluster cluster(1, externalModel(0));
+  cluster.start(0);
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+  const auto nan = runProcess(trainerArgv(cluster, 0, {"--nan-at", "5"}), {}, 60s);
+  CHECK(nan.exitCode == 3);
+  CHECK(nan.out.find("{\"rejected\": \"non_finite\"}") != std::string::npos);
+  REQUIRE(waitFor([&] { return trainerStatus(cluster, 0).value("attached", true) == false; }, 10s));
+  const json status = ask(cluster, 0, {{"cmd", "status"}});
+  CHECK(status["round"] == 5);  // waiting for round 5's update: the NaN one was not taken
+  CHECK(status["trainer"]["rejected_updates"] == 1);
+
+  // Attached again, a trainer picks up the node's current round.
+  const auto again = runProcess(trainerArgv(cluster, 0, {"--rounds", "10"}), {}, 60s);
+  CHECK(again.exitCode == 0);
+  const json first = json::parse(again.out.substr(0, again.out.find('\n')));
+  CHECK(first["round"] == 5);
+  CHECK(waitFor([&] { return ask(cluster, 0, {{"cmd", "status"}})["round"] == 15; }, 10s));
+}
+
+TEST_CASE("external trainers: a second trainer and a wrong dimension get clear errors") {
+  Cluster cluster(1, externalModel(0));
+  cluster.start(0);
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+  Child first(trainerArgv(cluster, 0), cluster.path("first"));
+  REQUIRE(waitFor([&] { return trainerStatus(cluster, 0).value("attached", false); }, 30s));
+
+  const auto second = runProcess(trainerArgv(cluster, 0, {"--rounds", "1"}), {}, 60s);
+  CHECK(second.exitCode == 2);
+  CHECK(second.out.find("another trainer (pid " + std::to_string(first.pid())) !=
+        std::string::npos);
+
+  std::vector<std::string> nineParameters = trainerArgv(cluster, 0);
+  nineParameters.back() = "9";
+  const auto wrong = runProcess(nineParameters, {}, 60s);
+  CHECK(wrong.exitCode == 2);
+  CAPTURE(wrong.out);
+  CAPTURE(wrong.err);
+  CHECK(wrong.out.find("another trainer") != std::string::npos);  // the live one comes first
+  first.signal(SIGKILL);
+  REQUIRE(waitFor([&] { return trainerStatus(cluster, 0).value("attached", true) == false; }, 10s));
+  const auto wrongAlone = runProcess(nineParameters, {}, 60s);
+  CHECK(wrongAlone.exitCode == 2);
+  CHECK(wrongAlone.out.find("this node trains 8 float32 parameters; the trainer has 9 float32") !=
+        std::string::npos);
+  CHECK(waitFor([&] { return trainerStatus(cluster, 0)["refused"].get<int>() == 3; }, 5s));
+  CHECK(cluster.child(0).running());
+}
