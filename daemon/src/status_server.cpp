@@ -207,6 +207,21 @@ std::string prometheusText(const StatusSnapshot& status) {
     metric("consensusd_test_accuracy", "gauge", "Test accuracy at the last evaluation.",
            one(status.accuracy));
   }
+  if (const auto& trainer = status.trainer) {  // model.kind: external
+    metric("consensusd_trainer_attached", "gauge", "1 while a trainer is attached.",
+           one(trainer->attached ? 1.0 : 0.0));
+    metric("consensusd_trainer_updates_total", "counter", "Updates taken from the trainer.",
+           one(static_cast<double>(trainer->updates)));
+    metric("consensusd_trainer_rejected_updates_total", "counter",
+           "Trainer updates refused (NaN/Inf, wrong round or kind).",
+           one(static_cast<double>(trainer->rejectedUpdates)));
+    metric("consensusd_trainer_update_mean_seconds", "gauge",
+           "From x_k published to the trainer's update: mean over the recent window.",
+           one(trainer->meanUpdateMs / 1000));
+    metric("consensusd_trainer_update_p95_seconds", "gauge",
+           "From x_k published to the trainer's update: 95th percentile, recent window.",
+           one(trainer->p95UpdateMs / 1000));
+  }
   metric("consensusd_consensus_distance", "gauge",
          "Distance between the estimate and its mix, last round.", one(status.consensusDistance));
   metric("consensusd_wait_target", "gauge", "Neighbours the wait policy waits for (m).",

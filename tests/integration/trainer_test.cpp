@@ -3,10 +3,12 @@
 // package from python/) attached over its trainer socket.
 
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -166,4 +168,27 @@ TEST_CASE("external trainers: a second trainer and a wrong dimension get clear e
         std::string::npos);
   CHECK(waitFor([&] { return trainerStatus(cluster, 0)["refused"].get<int>() == 3; }, 5s));
   CHECK(cluster.child(0).running());
+}
+
+TEST_CASE("external trainers: a process of another user is refused by its credentials") {
+  if (::geteuid() != 0) {
+    MESSAGE("skipped: needs root to run a trainer as another user");
+    return;
+  }
+  Cluster cluster(1, externalModel(0));
+  cluster.start(0);
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+  // Past the file permissions (opened up here), the daemon checks who connected.
+  namespace fs = std::filesystem;
+  fs::permissions(cluster.path(""), fs::perms::others_exec, fs::perm_options::add);
+  fs::permissions(trainerSocket(cluster, 0), fs::perms::all, fs::perm_options::add);
+  std::vector<std::string> argv = trainerArgv(cluster, 0, {"--rounds", "1"});
+  // env PYTHONPATH=... setpriv --reuid=nobody ... python3 quadratic.py ...
+  argv.insert(argv.begin() + 2,
+              {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"});
+  const auto stranger = runProcess(argv, {}, 60s);
+  CAPTURE(stranger.err);
+  CHECK(stranger.exitCode == 2);
+  CHECK(stranger.out.find("uid 65534 may not attach") != std::string::npos);
+  CHECK(waitFor([&] { return trainerStatus(cluster, 0)["refused"].get<int>() == 1; }, 5s));
 }

@@ -313,3 +313,26 @@ TEST_CASE("status requests: reads answer at once, mutations need trust, junk get
   CHECK(daemon::answerRequest(R"({"cmd":"status"})", nullptr, true, command)->dump() ==
         R"({"error":"starting up","ok":false})");
 }
+
+TEST_CASE("metrics: a node with a trainer reports it, in text promtool accepts") {
+  daemon::StatusSnapshot status;
+  status.node = "n0";
+  daemon::TrainerStatus trainer;
+  trainer.attached = true;
+  trainer.updates = 12;
+  trainer.rejectedUpdates = 1;
+  trainer.meanUpdateMs = 2.0;
+  trainer.p95UpdateMs = 5.0;
+  status.trainer = trainer;
+  const std::string text = daemon::prometheusText(status);
+  CHECK(text.find("consensusd_trainer_attached{node=\"n0\"} 1") != std::string::npos);
+  CHECK(text.find("consensusd_trainer_rejected_updates_total{node=\"n0\"} 1") != std::string::npos);
+  CHECK(text.find("consensusd_trainer_update_p95_seconds{node=\"n0\"} 0.005") != std::string::npos);
+  const auto promtool =
+      consensusd::testing::runProcess({"/usr/bin/promtool", "check", "metrics"}, text);
+  INFO(promtool.out << promtool.err);
+  CHECK(promtool.exitCode == 0);
+  CHECK(daemon::toJson(status)["trainer"]["updates"] == 12);
+  status.trainer.reset();  // a node with a built-in model: no trainer lines
+  CHECK(daemon::prometheusText(status).find("trainer") == std::string::npos);
+}

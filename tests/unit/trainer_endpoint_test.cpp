@@ -1,0 +1,191 @@
+// The trainer endpoint on its own: a raw Unix-socket client speaks the line
+// protocol, maps the region it is handed and writes updates into it.
+
+#include "trainer_endpoint.hpp"
+
+#include <doctest/doctest.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "process.hpp"
+
+using namespace consensusd;
+using consensusd::daemon::TrainerEndpoint;
+using consensusd::daemon::TrainerUpdate;
+using consensusd::testing::TempDir;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr std::size_t kDimension = 4;
+
+struct Client {
+  int fd = -1;
+  int regionFd = -1;
+  float* region = nullptr;
+  std::string pending;
+
+  explicit Client(const std::string& path) {
+    fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
+    REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+  }
+  ~Client() {
+    if (region != nullptr) ::munmap(region, 2 * kDimension * sizeof(float));
+    if (regionFd >= 0) ::close(regionFd);
+    ::close(fd);
+  }
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  void send(const json& message) const {
+    const std::string line = message.dump() + "\n";
+    REQUIRE(::send(fd, line.data(), line.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(line.size()));
+  }
+  // One line, and a descriptor if one came with it (the region).
+  json receive(TrainerEndpoint& endpoint) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (pending.find('\n') == std::string::npos) {
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      serve(endpoint);
+      std::array<char, 512> buffer{};
+      iovec io{buffer.data(), buffer.size()};
+      alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> control{};
+      msghdr message{};
+      message.msg_iov = &io;
+      message.msg_iovlen = 1;
+      message.msg_control = control.data();
+      message.msg_controllen = control.size();
+      const ssize_t got = ::recvmsg(fd, &message, MSG_DONTWAIT);
+      if (got <= 0) continue;
+      if (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr)
+        std::memcpy(&regionFd, CMSG_DATA(header), sizeof(int));
+      pending.append(buffer.data(), static_cast<std::size_t>(got));
+    }
+    const std::string line = pending.substr(0, pending.find('\n'));
+    pending.erase(0, line.size() + 1);
+    return json::parse(line);
+  }
+  std::optional<TrainerUpdate> serve(TrainerEndpoint& endpoint) const {
+    std::vector<zmq::pollitem_t> items;
+    endpoint.append(items);
+    zmq::poll(items, std::chrono::milliseconds(10));
+    return endpoint.serve(items);
+  }
+  void map() {
+    REQUIRE(regionFd >= 0);
+    void* mapped = ::mmap(nullptr, 2 * kDimension * sizeof(float), PROT_READ | PROT_WRITE,
+                          MAP_SHARED, regionFd, 0);
+    REQUIRE(mapped != MAP_FAILED);
+    region = static_cast<float*>(mapped);
+  }
+};
+
+daemon::TrainerOptions options(const TempDir& dir) {
+  daemon::TrainerOptions o;
+  o.socket = dir.path() + "/t.sock";
+  o.dimension = kDimension;
+  return o;
+}
+
+std::span<const std::byte> bytesOf(const std::vector<float>& v) {
+  return std::as_bytes(std::span(v));
+}
+
+// Serves until an update comes (or five seconds pass).
+std::optional<TrainerUpdate> nextUpdate(const Client& client, TrainerEndpoint& endpoint) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline)
+    if (auto update = client.serve(endpoint)) return update;
+  return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("trainer endpoint: x_k through the region, the update back, NaN refused") {
+  TempDir dir;
+  TrainerEndpoint endpoint(options(dir));
+  endpoint.expectInitialParams();
+  Client client(dir.path() + "/t.sock");
+  client.send({{"type", "hello"}, {"dimension", kDimension}, {"dtype", "float32"}});
+  const json welcome = client.receive(endpoint);
+  CHECK(welcome["type"] == "welcome");
+  CHECK(welcome["fresh"] == true);
+  CHECK(welcome["region_bytes"] == 2 * kDimension * sizeof(float));
+  client.map();
+
+  // A fresh start: the trainer's x_0 is taken once.
+  for (std::size_t k = 0; k < kDimension; ++k) client.region[k] = 0.5f;
+  client.send({{"type", "init"}});
+  std::optional<std::vector<std::byte>> initial;
+  for (int i = 0; i < 500 && !initial; ++i) {
+    client.serve(endpoint);
+    initial = endpoint.takeInitialParams();
+  }
+  REQUIRE(initial.has_value());
+  CHECK(initial->size() == kDimension * sizeof(float));
+  CHECK_FALSE(endpoint.takeInitialParams().has_value());
+
+  endpoint.publish(3, bytesOf({1, 2, 3, 4}));
+  CHECK(client.receive(endpoint) == json({{"type", "round"}, {"round", 3}}));
+  CHECK(client.region[2] == 3.0f);  // x_3, shared
+
+  for (std::size_t k = 0; k < kDimension; ++k) client.region[kDimension + k] = -1.0f;
+  client.region[kDimension + 1] = std::numeric_limits<float>::quiet_NaN();
+  client.send({{"type", "update"}, {"round", 3}, {"kind", "gradient"}, {"loss", 1.5}});
+  CHECK(client.receive(endpoint) == json({{"type", "rejected"}, {"reason", "non_finite"}}));
+  client.send({{"type", "update"}, {"round", 2}, {"kind", "gradient"}, {"loss", 1.5}});
+  CHECK(client.receive(endpoint)["type"] == "rejected");  // not the round it was given
+
+  client.region[kDimension + 1] = -1.0f;
+  client.send(
+      {{"type", "update"}, {"round", 3}, {"kind", "delta"}, {"loss", 1.5}, {"accuracy", 0.25}});
+  const auto update = nextUpdate(client, endpoint);
+  REQUIRE(update.has_value());
+  CHECK(update->round == 3);
+  CHECK(update->kind == consensus::UpdateKind::Delta);
+  CHECK(update->loss == 1.5);
+  CHECK(update->accuracy == std::optional<double>(0.25));
+  CHECK(reinterpret_cast<const float*>(update->values.data())[1] == -1.0f);
+  const auto status = endpoint.status();
+  CHECK(status.attached);
+  CHECK(status.pid == ::getpid());
+  CHECK(status.updates == 1);
+  CHECK(status.rejectedUpdates == 2);
+}
+
+TEST_CASE("trainer endpoint: one trainer at a time, and it must match the node") {
+  TempDir dir;
+  TrainerEndpoint endpoint(options(dir));
+  Client first(dir.path() + "/t.sock");
+  first.send({{"type", "hello"}, {"dimension", kDimension}, {"dtype", "float32"}});
+  CHECK(first.receive(endpoint)["fresh"] == false);  // nothing to initialise: not asked
+
+  Client second(dir.path() + "/t.sock");
+  const json refused = second.receive(endpoint);
+  CHECK(refused["type"] == "error");
+  CHECK(refused["message"].get<std::string>().find("another trainer") != std::string::npos);
+
+  ::shutdown(first.fd, SHUT_RDWR);  // gone: the next may attach
+  for (int i = 0; i < 50 && endpoint.status().attached; ++i) first.serve(endpoint);
+  CHECK_FALSE(endpoint.status().attached);
+  Client wrong(dir.path() + "/t.sock");
+  wrong.send({{"type", "hello"}, {"dimension", kDimension}, {"dtype", "float64"}});
+  const json mismatch = wrong.receive(endpoint);
+  CHECK(mismatch["message"] == "this node trains 4 float32 parameters; the trainer has 4 float64");
+  CHECK(endpoint.status().refused == 2);
+}
