@@ -192,3 +192,36 @@ TEST_CASE("external trainers: a process of another user is refused by its creden
   CHECK(stranger.out.find("uid 65534 may not attach") != std::string::npos);
   CHECK(waitFor([&] { return trainerStatus(cluster, 0)["refused"].get<int>() == 1; }, 5s));
 }
+
+TEST_CASE("external trainers: PyTorch models with Adam through consensusd.torch.Optimizer") {
+  auto overrides = externalModel(300);
+  overrides.push_back("consensus.policy=all");  // synchronous: the mean bias is the optimum's
+  overrides.push_back("model.dimension=5");     // Linear(4, 1); the later --set wins
+  Cluster cluster(2, overrides);
+  cluster.startAll();
+  std::vector<std::unique_ptr<Child>> trainers;
+  for (std::size_t i = 0; i < 2; ++i) {
+    REQUIRE(waitFor([&] { return answers(cluster, i); }, 30s));
+    trainers.push_back(std::make_unique<Child>(
+        std::vector<std::string>{
+            "/usr/bin/env", "PYTHONPATH=" + std::string(CONSENSUSD_SOURCE_DIR) + "/python",
+            "/usr/bin/python3",
+            std::string(CONSENSUSD_SOURCE_DIR) + "/tests/integration/trainers/torch_linear.py",
+            trainerSocket(cluster, i), std::to_string(i)},
+        cluster.path("torch" + std::to_string(i))));
+  }
+  double biasSum = 0;
+  for (std::size_t i = 0; i < 2; ++i) {
+    REQUIRE(cluster.child(i).wait(120s) == std::optional<int>(0));
+    REQUIRE(trainers[i]->wait(60s) == std::optional<int>(0));
+    const auto lines = linesOf(cluster.path("torch" + std::to_string(i)));
+    REQUIRE(lines.size() == 1);
+    CAPTURE(lines[0]);
+    CHECK(lines[0]["round"] == 299);
+    const std::vector<double> weight = lines[0]["weight"];
+    const std::vector<double> truth{1.0, -2.0, 3.0, 0.5};
+    for (std::size_t k = 0; k < 4; ++k) CHECK(weight[k] == doctest::Approx(truth[k]).epsilon(0.05));
+    biasSum += lines[0]["bias"].get<double>();
+  }
+  CHECK(biasSum / 2 == doctest::Approx(0.05).epsilon(0.5));
+}

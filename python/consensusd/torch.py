@@ -1,0 +1,86 @@
+"""A PyTorch optimizer that trains with a consensusd node.
+
+Wrap the optimizer you already use; the training loop stays as it is:
+
+    import consensusd.torch
+    opt = consensusd.torch.Optimizer(torch.optim.Adam(model.parameters(), 1e-3), model,
+                                     socket="/run/consensusd/n0.trainer.sock")
+    for inputs, labels in loader:
+        opt.zero_grad()
+        loss = criterion(model(inputs), labels)
+        loss.backward()
+        opt.step(loss=loss.item())
+
+Each step() is one round of the node: the forward and backward ran at the
+node's x_k (loaded into the model's parameters before), the wrapped
+optimizer steps from there, and the difference goes to the daemon as a
+`delta` update (x_{k+1} = mix + delta, docs/trainers.md). Then the model
+holds x_{k+1}, the next round's parameters.
+
+The model's parameters at construction are the node's x_0 on a fresh start:
+seed the model's initialisation alike on every node. On a resumed node the
+daemon's checkpointed x replaces them. The wrapped optimizer's state (Adam's
+moments) is this process's to save: `opt.state_dict()`.
+"""
+
+import numpy as np
+import torch
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+import consensusd
+
+__all__ = ["Optimizer"]
+
+
+class Optimizer:
+    """Wraps `optimizer` (over `model`'s parameters) to train as node `socket`."""
+
+    def __init__(self, optimizer, model, socket, timeout=30.0, report_accuracy=None):
+        self.optimizer = optimizer
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        self._report_accuracy = report_accuracy
+        with torch.no_grad():
+            x0 = parameters_to_vector(self._params).detach().cpu().numpy().astype(np.float32)
+        self._node = consensusd.attach(socket, x0.size, "float32", init=x0, timeout=timeout)
+        self._rounds = self._node.rounds()
+        self._round = None
+        self._next_round()
+
+    @property
+    def round(self):
+        """The node's round the model's parameters are at."""
+        return self._round.index
+
+    def zero_grad(self, set_to_none=True):
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self, loss, accuracy=None):
+        """Steps the wrapped optimizer at x_k, hands the delta to the node, and loads
+        x_{k+1} into the model."""
+        self.optimizer.step()
+        with torch.no_grad():
+            after = parameters_to_vector(self._params).detach().cpu().numpy()
+        delta = after.astype(np.float32) - self._x
+        self._round.submit(delta, loss=float(loss), kind="delta", accuracy=accuracy)
+        self._next_round()
+
+    def state_dict(self):
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state):
+        self.optimizer.load_state_dict(state)
+
+    def close(self):
+        self._node.close()
+
+    def _next_round(self):
+        try:
+            self._round = next(self._rounds)
+        except StopIteration:
+            raise consensusd.DaemonError("the daemon stopped giving rounds") from None
+        self._x = np.array(self._round.params, dtype=np.float32)  # x_k, ours to keep
+        # A copy: the parameters take the tensor's storage, and the optimizer
+        # steps them in place; self._x must stay x_k.
+        device = self._params[0].device
+        with torch.no_grad():
+            vector_to_parameters(torch.tensor(self._x, device=device), self._params)
