@@ -129,13 +129,16 @@ TEST_CASE("the Debian package holds binaries, unit, user and docs, and its conse
   REQUIRE_FALSE(deb.empty());
   const auto info = runProcess({"/usr/bin/dpkg-deb", "--field", deb, "Depends"});
   CHECK(info.out.find("libzmq5") != std::string::npos);
+  CHECK(info.out.find("python3-numpy") != std::string::npos);
   const std::string root = dir.path() + "/root";
   REQUIRE(runProcess({"/usr/bin/dpkg-deb", "-x", deb, root}).exitCode == 0);
   for (const char* file :
        {"/usr/bin/consensusd", "/usr/bin/consensusctl",
         "/usr/lib/systemd/system/consensusd@.service", "/usr/lib/sysusers.d/consensusd.conf",
         "/usr/share/doc/consensusd/README.md", "/usr/share/doc/consensusd/config.md",
-        "/usr/share/doc/consensusd/examples/n0.yaml"}) {
+        "/usr/share/doc/consensusd/examples/n0.yaml",
+        "/usr/lib/python3/dist-packages/consensusd/__init__.py",
+        "/usr/lib/python3/dist-packages/consensusd/torch.py"}) {
     CAPTURE(file);
     CHECK(std::filesystem::exists(root + file));
   }
