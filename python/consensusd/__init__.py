@@ -25,13 +25,17 @@ import time
 
 import numpy as np
 
-__all__ = ["attach", "Node", "Round", "DaemonError", "UpdateRejected"]
+__all__ = ["attach", "Node", "Round", "DaemonError", "DaemonLost", "UpdateRejected"]
 
 _DTYPES = {"float32": np.float32, "float64": np.float64}
 
 
 class DaemonError(RuntimeError):
-    """The daemon refused the trainer, or the connection was lost."""
+    """The daemon refused the trainer (its message says why)."""
+
+
+class DaemonLost(DaemonError):
+    """The connection to the daemon was lost (it stopped, crashed or restarted)."""
 
 
 class UpdateRejected(RuntimeError):
@@ -59,16 +63,26 @@ class Round:
 class Node:
     """A trainer's connection to its daemon; use attach() to make one."""
 
-    def __init__(self, path, dimension, dtype="float32", init=None, timeout=30.0):
+    def __init__(self, path, dimension, dtype="float32", init=None, timeout=30.0,
+                 reconnect=False):
         if dtype not in _DTYPES:
             raise ValueError("dtype must be float32 or float64, not %r" % dtype)
         self.dimension = int(dimension)
         self.dtype = dtype
-        self._sock = _connect(path, timeout)
+        self._path = path
+        self._init = init
+        self._timeout = timeout
+        self._reconnect = reconnect
+        self._sock = None
+        self._region = None
+        self._attach()
+
+    def _attach(self):
+        self._sock = _connect(self._path, self._timeout)
         self._buffer = b""
         try:
-            self._send({"type": "hello", "dimension": self.dimension, "dtype": dtype})
-        except DaemonError as lost:
+            self._send({"type": "hello", "dimension": self.dimension, "dtype": self.dtype})
+        except DaemonLost as lost:
             # A daemon that refuses us says why, then closes: read its reason.
             self._receive()
             raise lost
@@ -77,33 +91,38 @@ class Node:
             raise DaemonError("unexpected answer to hello: %r" % welcome)
         self._region = mmap.mmap(fds[0], welcome["region_bytes"])
         _close_fds(fds)
-        item = _DTYPES[dtype]
+        item = _DTYPES[self.dtype]
         slots = np.frombuffer(self._region, dtype=item).reshape(2, self.dimension)
-        self._params = slots[0]
         self._update = slots[1]
         if welcome.get("fresh"):
             # A fresh start takes x_0 from the trainer: every trainer should
             # initialise alike (the same seed), or the nodes start apart.
-            if init is None:
+            if self._init is None:
                 raise DaemonError("the daemon starts fresh and needs initial parameters: "
                                   "pass init= (the same on every node)")
-            self._params[:] = np.asarray(init, dtype=item).reshape(-1)
+            slots[0][:] = np.asarray(self._init, dtype=item).reshape(-1)
             self._send({"type": "init"})
-        readonly = self._params.view()
-        readonly.flags.writeable = False
-        self._params = readonly
+        self._params = slots[0].view()
+        self._params.flags.writeable = False
 
     def rounds(self):
-        """Yields each round the daemon gives this trainer, until the daemon goes away."""
+        """Yields each round the daemon gives this trainer. When the daemon goes away:
+        with reconnect=True, attaches again (retrying up to `timeout` seconds) and
+        goes on at the round the daemon resumed; else raises DaemonLost."""
         while True:
-            message = self._receive()
+            try:
+                message = self._receive()
+            except DaemonLost:
+                if not self._reconnect:
+                    raise
+                self._detach()
+                self._attach()
+                continue
             kind = message.get("type")
             if kind == "round":
                 yield Round(self, message["round"])
             elif kind == "rejected":
                 raise UpdateRejected(message.get("reason", "rejected"))
-            elif kind == "error":
-                raise DaemonError(message.get("message", "error"))
 
     def _submit(self, index, update, loss, kind, accuracy):
         update = np.asarray(update).reshape(-1)
@@ -114,9 +133,14 @@ class Node:
         message = {"type": "update", "round": int(index), "kind": kind, "loss": float(loss)}
         if accuracy is not None:
             message["accuracy"] = float(accuracy)
-        self._send(message)
+        try:
+            self._send(message)
+        except DaemonLost:
+            if not self._reconnect:
+                raise
+            # The round is lost with the daemon; rounds() attaches again.
 
-    def close(self):
+    def _detach(self):
         self._params = self._update = None
         if self._region is not None:
             try:
@@ -124,7 +148,12 @@ class Node:
             except BufferError:  # a caller still holds a view: the mapping goes with it
                 pass
             self._region = None
-        self._sock.close()
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def close(self):
+        self._detach()
 
     def __enter__(self):
         return self
@@ -136,7 +165,7 @@ class Node:
         try:
             self._sock.sendall((json.dumps(message) + "\n").encode())
         except OSError as e:
-            raise DaemonError("lost the daemon: %s" % e) from e
+            raise DaemonLost("lost the daemon: %s" % e) from e
 
     def _receive(self, with_fds=False):
         fds = []
@@ -144,12 +173,12 @@ class Node:
             try:
                 data, ancillary, _, _ = self._sock.recvmsg(4096, socket.CMSG_SPACE(4))
             except OSError as e:
-                raise DaemonError("lost the daemon: %s" % e) from e
+                raise DaemonLost("lost the daemon: %s" % e) from e
             for level, kind, payload in ancillary:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                     fds.extend(array.array("i", payload[:len(payload) - len(payload) % 4]))
             if not data:
-                raise DaemonError("the daemon closed the connection")
+                raise DaemonLost("the daemon closed the connection")
             self._buffer += data
         line, self._buffer = self._buffer.split(b"\n", 1)
         message = json.loads(line)
@@ -181,6 +210,7 @@ def _close_fds(fds):
         os.close(fd)
 
 
-def attach(path, dimension, dtype="float32", init=None, timeout=30.0):
-    """Attaches to the daemon's trainer socket (retrying up to `timeout` seconds)."""
-    return Node(path, dimension, dtype, init, timeout)
+def attach(path, dimension, dtype="float32", init=None, timeout=30.0, reconnect=False):
+    """Attaches to the daemon's trainer socket (retrying up to `timeout` seconds).
+    reconnect=True: rounds() rides out daemon restarts (see Node.rounds)."""
+    return Node(path, dimension, dtype, init, timeout, reconnect)

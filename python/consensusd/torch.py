@@ -33,15 +33,17 @@ __all__ = ["Optimizer"]
 
 
 class Optimizer:
-    """Wraps `optimizer` (over `model`'s parameters) to train as node `socket`."""
+    """Wraps `optimizer` (over `model`'s parameters) to train as node `socket`.
+    reconnect=True rides out daemon restarts (the model then continues from the
+    daemon's checkpointed x); else a lost daemon raises consensusd.DaemonLost."""
 
-    def __init__(self, optimizer, model, socket, timeout=30.0, report_accuracy=None):
+    def __init__(self, optimizer, model, socket, timeout=30.0, reconnect=False):
         self.optimizer = optimizer
         self._params = [p for p in model.parameters() if p.requires_grad]
-        self._report_accuracy = report_accuracy
         with torch.no_grad():
             x0 = parameters_to_vector(self._params).detach().cpu().numpy().astype(np.float32)
-        self._node = consensusd.attach(socket, x0.size, "float32", init=x0, timeout=timeout)
+        self._node = consensusd.attach(socket, x0.size, "float32", init=x0, timeout=timeout,
+                                       reconnect=reconnect)
         self._rounds = self._node.rounds()
         self._round = None
         self._next_round()

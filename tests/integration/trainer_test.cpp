@@ -225,3 +225,22 @@ TEST_CASE("external trainers: PyTorch models with Adam through consensusd.torch.
   }
   CHECK(biasSum / 2 == doctest::Approx(0.05).epsilon(0.5));
 }
+
+TEST_CASE("external trainers: a daemon killed under a running trainer, restarted, goes on") {
+  auto overrides = externalModel(0);
+  overrides.push_back("checkpoint.every_rounds=10");
+  Cluster cluster(1, overrides);
+  cluster.start(0);
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+  Child trainer(trainerArgv(cluster, 0, {"--reconnect"}), cluster.path("trainer"));
+  REQUIRE(waitFor([&] { return ask(cluster, 0, {{"cmd", "status"}})["round"] > 30; }, 60s));
+  cluster.child(0).signal(SIGKILL);
+  REQUIRE(cluster.child(0).wait(10s).has_value());
+  cluster.start(0);  // resumes from its last checkpoint; the trainer finds it again
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+  const std::int64_t resumed = ask(cluster, 0, {{"cmd", "status"}})["round"];
+  CHECK(resumed >= 30);
+  CHECK(waitFor([&] { return ask(cluster, 0, {{"cmd", "status"}})["round"] > resumed + 20; }, 60s));
+  CHECK(trainer.running());
+  CHECK(trainerStatus(cluster, 0)["attaches"] == 1);  // this daemon's count: once, after restart
+}

@@ -2,7 +2,7 @@
 t_i[j] = i + j / dimension, so the network's optimum is the mean of the t_i.
 
 usage: quadratic.py SOCKET NODE DIMENSION [--delta LR] [--nan-at ROUND]
-                    [--rounds N] [--dtype float32|float64]
+                    [--rounds N] [--dtype float32|float64] [--reconnect]
 Prints one JSON line per round: {"round", "loss", "x0"}; exits 0 when the
 daemon goes away or after --rounds rounds.
 """
@@ -26,13 +26,16 @@ def main():
     parser.add_argument("--nan-at", type=int, default=-1)
     parser.add_argument("--rounds", type=int, default=0)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--reconnect", action="store_true",
+                        help="attach again when the daemon restarts")
     args = parser.parse_args()
 
     target = args.node + np.arange(args.dimension) / args.dimension
     init = np.zeros(args.dimension)
     done = 0
     try:
-        with consensusd.attach(args.socket, args.dimension, args.dtype, init=init) as node:
+        with consensusd.attach(args.socket, args.dimension, args.dtype, init=init,
+                               reconnect=args.reconnect) as node:
             for round in node.rounds():
                 x = np.asarray(round.params, dtype=np.float64)
                 gradient = x - target
