@@ -32,6 +32,13 @@ std::string fixed(double value, int digits) {
   return buffer;
 }
 
+// The phase, and for a node with model.kind: external whether a trainer is attached.
+std::string state(const nlohmann::json& s) {
+  std::string phase = s.value("phase", "?");
+  if (s.contains("trainer") && !s["trainer"].value("attached", false)) phase += ", no trainer";
+  return phase;
+}
+
 void printStatus(const nlohmann::json& s) {
   std::printf("node %s  round %lld  %s  policy %s  m %zu/%zu  %.1f rounds/s  up %.0f s\n",
               s.value("node", "?").c_str(), static_cast<long long>(s.value("round", 0LL)),
@@ -42,6 +49,19 @@ void printStatus(const nlohmann::json& s) {
               fixed(s.value("loss", -1.0), 4).c_str(), fixed(s.value("accuracy", -1.0), 4).c_str(),
               fixed(s.value("consensus_distance", -1.0), 5).c_str(),
               static_cast<long long>(s.value("last_checkpoint_round", -1LL)));
+  if (s.contains("trainer")) {  // model.kind: external
+    const nlohmann::json& t = s["trainer"];
+    if (t.value("attached", false)) {
+      std::printf("trainer: pid %lld  updates %llu  rejected %llu  update ms %.2f (p95 %.2f)\n",
+                  static_cast<long long>(t.value("pid", 0LL)),
+                  static_cast<unsigned long long>(t.value("updates", 0ULL)),
+                  static_cast<unsigned long long>(t.value("rejected_updates", 0ULL)),
+                  t.value("mean_update_ms", 0.0), t.value("p95_update_ms", 0.0));
+    } else {
+      std::printf("trainer: none attached (%llu refused)\n",
+                  static_cast<unsigned long long>(t.value("refused", 0ULL)));
+    }
+  }
   // Each counter map on one line: refused messages apart from the normal
   // discards of asynchrony and the send queue's events.
   for (const char* group : {"rejects", "discarded", "sends"}) {
@@ -121,7 +141,7 @@ int runTop(const TopOptions& options) {
                     fixed(s.value("accuracy", -1.0), 4).c_str(),
                     static_cast<long long>(s.value("backups", 0LL)),
                     s.value("responders", std::size_t{0}), s.value("suspects", std::size_t{0}),
-                    static_cast<unsigned long long>(rejects), s.value("phase", "?").c_str());
+                    static_cast<unsigned long long>(rejects), state(s).c_str());
       table += line;
     }
     if (options.json) {
