@@ -75,7 +75,7 @@ class Node:
         self._reconnect = reconnect
         self._sock = None
         self._region = None
-        self._attach()
+        self._reattach()
 
     def _attach(self):
         self._sock = _connect(self._path, self._timeout)
@@ -115,14 +115,28 @@ class Node:
             except DaemonLost:
                 if not self._reconnect:
                     raise
-                self._detach()
-                self._attach()
+                self._reattach()
                 continue
             kind = message.get("type")
             if kind == "round":
                 yield Round(self, message["round"])
             elif kind == "rejected":
                 raise UpdateRejected(message.get("reason", "rejected"))
+
+    def _reattach(self):
+        """Attaches (again, after the daemon went away). A connection can be lost
+        while it is made (a dying daemon's socket still takes it, then resets it):
+        try again until `timeout`; a refusal (DaemonError) ends it."""
+        deadline = time.monotonic() + self._timeout
+        while True:
+            self._detach()
+            try:
+                self._attach()
+                return
+            except DaemonLost:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def _submit(self, index, update, loss, kind, accuracy):
         update = np.asarray(update).reshape(-1)

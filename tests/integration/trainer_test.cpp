@@ -240,7 +240,17 @@ TEST_CASE("external trainers: a daemon killed under a running trainer, restarted
   REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
   const std::int64_t resumed = ask(cluster, 0, {{"cmd", "status"}})["round"];
   CHECK(resumed >= 30);
-  CHECK(waitFor([&] { return ask(cluster, 0, {{"cmd", "status"}})["round"] > resumed + 20; }, 60s));
+  const bool trained = waitFor(
+      [&] {
+        return ask(cluster, 0, {{"cmd", "status"}})["round"] > resumed + 20;
+      },
+      60s);
+  std::ifstream log(cluster.path("trainer"));
+  std::stringstream text;
+  text << log.rdbuf();
+  const std::string lines = text.str();
+  INFO("the trainer's last lines: " << lines.substr(lines.size() > 1500 ? lines.size() - 1500 : 0));
+  CHECK(trained);
   CHECK(trainer.running());
   CHECK(trainerStatus(cluster, 0)["attaches"] == 1);  // this daemon's count: once, after restart
 }
