@@ -312,8 +312,14 @@ TEST_CASE("a full disk costs checkpoints, not training, and leaves no partial fi
   const json status = ask(cluster, 0, {{"cmd", "status"}});
   CHECK(status["last_checkpoint_error"].get<std::string>().find("No space left on device") !=
         std::string::npos);
-  for (const auto& entry : std::filesystem::directory_iterator(folder))
-    CHECK(entry.path().extension() != ".tmp");
+  // No partial file stays: a save in progress has its temporary file for a
+  // moment (the node keeps trying every 20 rounds), a failed one removes it.
+  const auto noTemporary = [&] {
+    for (const auto& entry : std::filesystem::directory_iterator(folder))
+      if (entry.path().extension() == ".tmp") return false;
+    return true;
+  };
+  CHECK(waitFor(noTemporary, 5s));
   const std::int64_t round = roundOf(cluster, 0);
   CHECK(waitFor([&] { return roundOf(cluster, 0) > round + 100; }, 20s));
   // Room again: the next checkpoint commits.
