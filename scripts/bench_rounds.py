@@ -10,6 +10,9 @@ import sys
 import time
 
 WARMUP = 3
+SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = os.path.join(SOURCE, "python")
+ZERO_TRAINER = os.path.join(SOURCE, "tests", "bench", "zero_trainer.py")
 # (nodes P, degree d, generator arguments)
 SHAPES = [(4, 2, ["ring"]), (8, 2, ["ring"]), (8, 4, ["random-regular", "--degree", "4"])]
 
@@ -30,16 +33,18 @@ def baseline(path):
     return zmq, mix
 
 
-def launch(args, shape, size, attempt):
+def launch(args, shape, size, attempt, attach=False):
+    """The slowest node's mean round time (s). attach: model.kind external, each
+    daemon with a zero-update trainer (tests/bench/zero_trainer.py)."""
     nodes, degree, gen = shape
-    run = os.path.join(args.work, f"p{nodes}-d{degree}-{size}-{attempt}")
+    run = os.path.join(args.work, f"p{nodes}-d{degree}-{size}-{attempt}{'-attach' if attach else ''}")
     os.makedirs(run)
     ctl, daemon = os.path.join(args.bin, "consensusctl"), os.path.join(args.bin, "consensusd")
     topology = os.path.join(run, "topology.yaml")
     subprocess.run([ctl, "topology", "gen", *gen, "--nodes", str(nodes), "--base-port", "7400",
                     "-o", topology], check=True)
     measured = 30 if size <= (1 << 20) else 10
-    settings = ["model.kind=none", f"model.dimension={size // 4}", "data.dataset=synthetic-logistic",
+    settings = [f"model.kind={'external' if attach else 'none'}", f"model.dimension={size // 4}", "data.dataset=synthetic-logistic",
                 "consensus.policy=all", "consensus.mailbox_depth=1", "train.eval_every_rounds=0",
                 f"train.rounds={WARMUP + measured + 1}", "checkpoint.every_rounds=0",
                 "consensus.hard_deadline_ms=60000", "consensus.peer_timeout_ms=60000"]
@@ -56,6 +61,11 @@ def launch(args, shape, size, attempt):
                 argv += ["--set", s]
             log = open(os.path.join(run, node + ".log"), "w")
             children.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
+            if attach:
+                trainer = ["/usr/bin/python3", ZERO_TRAINER, os.path.join(run, node + ".trainer.sock"),
+                           str(size // 4)]
+                children.append(subprocess.Popen(trainer, env=dict(os.environ, PYTHONPATH=PYTHON),
+                                                 stdout=log, stderr=subprocess.STDOUT))
         deadline = time.time() + 300
         for child in children:
             child.wait(timeout=max(1, deadline - time.time()))
@@ -81,11 +91,15 @@ def launch(args, shape, size, attempt):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", required=True)
-    parser.add_argument("--baseline", required=True)
+    parser.add_argument("--baseline", help="exchange_bench JSON (not with --attach)")
     parser.add_argument("--work", required=True)
     parser.add_argument("--sizes", default="64K,1M,16M")
     parser.add_argument("--launches", type=int, default=3)
+    parser.add_argument("--attach", action="store_true",
+                        help="a zero-update trainer per daemon against model.kind: none")
     args = parser.parse_args()
+    if args.attach:
+        return attachment(args)
     zmq, mix = baseline(args.baseline)
     print(f"{'P':>2} {'d':>2} {'model':>7} {'B_x GB/s':>9} {'B_m GB/s':>9} "
           f"{'T ms':>9} {'T_ref ms':>9} {'E':>6}")
@@ -99,6 +113,22 @@ def main():
             label = f"{size >> 20}M" if size >= 1 << 20 else f"{size >> 10}K"
             print(f"{nodes:>2} {degree:>2} {label:>7} {b_x / 1e9:9.2f} {b_m / 1e9:9.2f} "
                   f"{t * 1e3:9.2f} {t_ref * 1e3:9.2f} {t_ref / t:6.2f}", flush=True)
+
+
+def attachment(args):
+    """The trainer socket's cost: rounds with a zero-update trainer attached to
+    every daemon against the same rounds with no model, launches interleaved."""
+    shape = SHAPES[0]
+    print(f"{'P':>2} {'d':>2} {'model':>7} {'none ms':>9} {'trainer ms':>11} {'ratio':>6}")
+    for size in map(parse_size, args.sizes.split(",")):
+        none, attached = [], []
+        for a in range(args.launches):
+            none.append(launch(args, shape, size, a))
+            attached.append(launch(args, shape, size, a, attach=True))
+        t_none, t_attached = statistics.median(none), statistics.median(attached)
+        label = f"{size >> 20}M" if size >= 1 << 20 else f"{size >> 10}K"
+        print(f"{shape[0]:>2} {shape[1]:>2} {label:>7} {t_none * 1e3:9.2f} {t_attached * 1e3:11.2f} "
+              f"{t_attached / t_none:6.2f}", flush=True)
 
 
 if __name__ == "__main__":

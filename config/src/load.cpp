@@ -2,6 +2,7 @@
 
 #include <grp.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -296,11 +297,26 @@ LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>&
       failAt(origins, "trainer.group", "no group named '" + config.trainer.group + "'");
     trainerGroup = entry->gr_gid;
   }
-  if (config.trainer.socket.empty()) {
+  const bool defaultTrainerSocket = config.trainer.socket.empty();
+  if (defaultTrainerSocket) {
     const std::string& status = config.status.socket;
     const bool dotSock = status.size() > 5 && status.ends_with(".sock");
     config.trainer.socket =
         (dotSock ? status.substr(0, status.size() - 5) : status) + ".trainer.sock";
+  }
+  if (isExternal(config)) {
+    // Found here, not when the daemon binds it (that would be exit 69, after the ports).
+    const std::string& trainerSocket = config.trainer.socket;
+    const std::string key = defaultTrainerSocket ? "status.socket" : "trainer.socket";
+    const std::string what = "trainer socket '" + trainerSocket + "'" +
+                             (defaultTrainerSocket ? " (beside status.socket)" : "");
+    const fs::path socketFolder = fs::path(trainerSocket).parent_path();
+    if (!socketFolder.empty() && !fs::is_directory(socketFolder, error))
+      failAt(origins, key, what + ": folder '" + socketFolder.string() + "' does not exist");
+    if (trainerSocket.size() >= sizeof(sockaddr_un::sun_path))
+      failAt(origins, key,
+             what + ": a Unix socket path has at most " +
+                 std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");
   }
   if (config.checkpoint.dir.empty())
     config.checkpoint.dir = "/var/lib/consensusd/" + config.node.id;

@@ -345,6 +345,7 @@ class Runner {
         engine_->onGradient(result->round, result->gradient, result->loss, result->stats, t);
         if (result->evaluation) telemetry_.onEvaluation(result->round, *result->evaluation);
       }
+      applyHeldUpdate(t);
       handleCommands();
       if (stopping_) break;
       finishedRound_ = false;
@@ -373,6 +374,7 @@ class Runner {
       }
       Time wake = std::min({nextHello, nextProgress, statusRefresh_});
       if (engineWake) wake = std::min(wake, *engineWake);
+      if (held_) wake = std::min(wake, held_->due);
       waitForEvents(wake);
     }
   }
@@ -414,11 +416,30 @@ class Runner {
       spdlog::info("initial parameters from the trainer");
     }
     if (!update) return;
+    // An emulated straggler (straggler.*) holds the trainer's update as the
+    // built-in compute thread sleeps: the trainer's time counts as compute.
+    const Duration delay = std::chrono::duration_cast<Duration>(trainerStraggler_.extraDelay(
+        update->round, std::chrono::duration_cast<Duration>(update->elapsed)));
     const Eigen::Map<const Vector> values(reinterpret_cast<const Scalar*>(update->values.data()),
                                           static_cast<Eigen::Index>(dimension_));
-    engine_->onGradient(update->round, values, update->loss, data::GradientStats{}, now(),
-                        update->kind);
-    if (update->accuracy) telemetry_.onEvaluation(update->round, {-1, *update->accuracy});
+    if (delay <= Duration::zero()) {
+      applyTrainerUpdate(*update, values, now());
+      return;
+    }
+    held_.emplace(
+        HeldUpdate{*update, values, now() + delay});  // a copy: the region is the trainer's
+  }
+  void applyHeldUpdate(Time t) {
+    if (!held_ || t < held_->due) return;
+    applyTrainerUpdate(held_->update, held_->values, t);
+    held_.reset();
+  }
+  void applyTrainerUpdate(const TrainerUpdate& update, const Eigen::Ref<const Vector>& values,
+                          Time t) {
+    engine_->onGradient(update.round, values, update.loss, data::GradientStats{}, t, update.kind);
+    if (update.accuracy || update.testLoss)
+      telemetry_.onEvaluation(update.round, {update.testLoss.value_or(telemetry_.testLoss()),
+                                             update.accuracy.value_or(telemetry_.accuracy())});
   }
 
   void shutdown() {
@@ -469,6 +490,13 @@ class Runner {
   std::optional<Transport> transport_;
   std::optional<TrainerEndpoint> trainer_;  // model.kind: external
   bool awaitingTrainerInit_ = false;        // a fresh start waits for the trainer's x_0
+  struct HeldUpdate {
+    TrainerUpdate update;  // its values span is not used: `values` is the copy
+    Vector values;
+    Time due;
+  };
+  std::optional<HeldUpdate> held_;  // the trainer's update, until the emulated straggler's delay
+  consensus::Straggler trainerStraggler_{config::stragglerSpec(cfg_)};
   std::optional<CheckpointWriter> checkpoints_;
   std::unique_ptr<consensus::RoundEngine<Scalar>> engine_;
   Telemetry telemetry_;

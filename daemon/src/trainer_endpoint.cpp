@@ -22,6 +22,14 @@ namespace {
 constexpr std::size_t kMaxLine = 4096;  // every message is a short JSON line
 constexpr std::size_t kWindow = 100;    // update times kept for mean and p95
 
+// An optional numeric field: absent or null is none; another type throws
+// (handle() turns that into a rejected message).
+std::optional<double> optionalNumber(const nlohmann::json& message, const char* key) {
+  const auto it = message.find(key);
+  if (it == message.end() || it->is_null()) return std::nullopt;
+  return it->get<double>();
+}
+
 const char* dtypeName(wire::Dtype dtype) {
   return dtype == wire::Dtype::Float64 ? "float64" : "float32";
 }
@@ -205,15 +213,31 @@ bool TrainerEndpoint::finite(std::span<const std::byte> values) const {
   return std::all_of(v, v + options_.dimension, [](float x) { return std::isfinite(x); });
 }
 
+// A line is untrusted input: a field of the wrong JSON type is a rejected
+// message (or, before the hello, the end of the connection), never an
+// exception out of the engine loop.
 std::optional<TrainerUpdate> TrainerEndpoint::handle(const std::string& line) {
   const nlohmann::json message = nlohmann::json::parse(line, nullptr, false);
+  try {
+    return handleMessage(message);
+  } catch (const nlohmann::json::exception& e) {
+    if (!welcomed_)
+      detach(std::string("a malformed hello: ") + e.what());
+    else
+      reject(std::string("malformed message: ") + e.what());
+    return std::nullopt;
+  }
+}
+
+void TrainerEndpoint::reject(const std::string& reason) {
+  ++counts_.rejectedUpdates;
+  spdlog::warn("trainer update rejected: {}", reason);
+  send(nlohmann::json({{"type", "rejected"}, {"reason", reason}}).dump());
+}
+
+std::optional<TrainerUpdate> TrainerEndpoint::handleMessage(const nlohmann::json& message) {
   const std::string type =
       message.is_object() ? message.value("type", std::string()) : std::string();
-  const auto reject = [&](const std::string& reason) {
-    ++counts_.rejectedUpdates;
-    spdlog::warn("trainer update rejected: {}", reason);
-    send(nlohmann::json({{"type", "rejected"}, {"reason", reason}}).dump());
-  };
   if (!welcomed_) {
     if (type != "hello") {
       detach("the first message must be a hello");
@@ -274,18 +298,28 @@ std::optional<TrainerUpdate> TrainerEndpoint::handle(const std::string& line) {
     reject("non_finite");
     return std::nullopt;
   }
+  // What the trainer measured on its test data: shown as the node's, so bounded.
+  const std::optional<double> accuracy = optionalNumber(message, "accuracy");
+  const std::optional<double> testLoss = optionalNumber(message, "test_loss");
+  if (accuracy && !(*accuracy >= 0 && *accuracy <= 1)) {
+    reject("accuracy must be in [0, 1]");
+    return std::nullopt;
+  }
+  if (testLoss && !(std::isfinite(*testLoss) && *testLoss >= 0)) {
+    reject("test_loss must be finite and >= 0");
+    return std::nullopt;
+  }
   TrainerUpdate update;
   update.round = round;
   update.kind = kind == "delta" ? consensus::UpdateKind::Delta : consensus::UpdateKind::Gradient;
   update.loss = loss;
-  if (message.contains("accuracy") && message["accuracy"].is_number())
-    update.accuracy = message["accuracy"].get<double>();
+  update.accuracy = accuracy;
+  update.testLoss = testLoss;
+  update.elapsed = std::chrono::steady_clock::now() - publishedAt_;
   update.values = slot(1);
   round_.reset();
   ++counts_.updates;
-  updateMs_.push_back(
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - publishedAt_)
-          .count());
+  updateMs_.push_back(std::chrono::duration<double, std::milli>(update.elapsed).count());
   while (updateMs_.size() > kWindow) updateMs_.pop_front();
   return update;
 }

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -39,7 +40,9 @@ struct TrainerUpdate {
   std::int64_t round = 0;
   consensus::UpdateKind kind = consensus::UpdateKind::Gradient;
   double loss = 0;
-  std::optional<double> accuracy;
+  std::optional<double> accuracy;                 // a test accuracy, in [0, 1]
+  std::optional<double> testLoss;                 // a test loss, >= 0
+  std::chrono::steady_clock::duration elapsed{};  // from publish to this update
   std::span<const std::byte> values;
 };
 
@@ -73,6 +76,8 @@ class TrainerEndpoint {
   void detach(const std::string& why);
   void readLines();
   std::optional<TrainerUpdate> handle(const std::string& line);
+  std::optional<TrainerUpdate> handleMessage(const nlohmann::json& message);
+  void reject(const std::string& reason);
   void send(const std::string& line, int passFd = -1);
   void announce();
   bool finite(std::span<const std::byte> values) const;

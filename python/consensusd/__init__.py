@@ -54,10 +54,18 @@ class Round:
         """x_k, a read-only numpy view of the shared region (valid until submit)."""
         return self._node._params
 
-    def submit(self, update, loss, kind="gradient", accuracy=None):
+    @property
+    def update(self):
+        """The update slot, a writable numpy view: compute into it and submit(None, ...)
+        to hand it back without a copy."""
+        return self._node._update
+
+    def submit(self, update, loss, kind="gradient", accuracy=None, test_loss=None):
         """Hand back the update at x_k: a gradient (the daemon's optimizer steps) or a
-        delta x_after - x_k (the trainer's own optimizer stepped)."""
-        self._node._submit(self.index, update, loss, kind, accuracy)
+        delta x_after - x_k (the trainer's own optimizer stepped); None: what the
+        update slot holds. `accuracy` (in [0, 1]) and `test_loss`, when given, are
+        shown as the node's test figures."""
+        self._node._submit(self.index, update, loss, kind, accuracy, test_loss)
 
 
 class Node:
@@ -138,15 +146,18 @@ class Node:
                     raise
                 time.sleep(0.05)
 
-    def _submit(self, index, update, loss, kind, accuracy):
-        update = np.asarray(update).reshape(-1)
-        if update.size != self.dimension:
-            raise ValueError("update has %d values, the node trains %d" %
-                             (update.size, self.dimension))
-        self._update[:] = update
+    def _submit(self, index, update, loss, kind, accuracy, test_loss):
+        if update is not None:
+            update = np.asarray(update).reshape(-1)
+            if update.size != self.dimension:
+                raise ValueError("update has %d values, the node trains %d" %
+                                 (update.size, self.dimension))
+            self._update[:] = update
         message = {"type": "update", "round": int(index), "kind": kind, "loss": float(loss)}
         if accuracy is not None:
             message["accuracy"] = float(accuracy)
+        if test_loss is not None:
+            message["test_loss"] = float(test_loss)
         try:
             self._send(message)
         except DaemonLost:

@@ -56,14 +56,16 @@ class Optimizer:
     def zero_grad(self, set_to_none=True):
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
-    def step(self, loss, accuracy=None):
+    def step(self, loss, accuracy=None, test_loss=None):
         """Steps the wrapped optimizer at x_k, hands the delta to the node, and loads
-        x_{k+1} into the model."""
+        x_{k+1} into the model. `accuracy` and `test_loss`: the model's test figures
+        at x_k, when measured this round."""
         self.optimizer.step()
         with torch.no_grad():
             after = parameters_to_vector(self._params).detach().cpu().numpy()
         delta = after.astype(np.float32) - self._x
-        self._round.submit(delta, loss=float(loss), kind="delta", accuracy=accuracy)
+        self._round.submit(delta, loss=float(loss), kind="delta", accuracy=accuracy,
+                           test_loss=test_loss)
         self._next_round()
 
     def state_dict(self):

@@ -175,6 +175,27 @@ TEST_CASE("loading against the topology: paths, membership, degree, defaults") {
           dir.path() + "/ring.yaml has none (security.curve)");
   CHECK(errorFrom([&] { loadConfig(dir.path() + "/absent.yaml"); }) ==
         dir.path() + "/absent.yaml:1:1: cannot open file");
+  // An external model's trainer socket: its folder and length are checked before anything binds.
+  const std::vector<std::string> external{"model.kind=external", "model.dimension=8"};
+  auto withSocket = [&](const std::string& socket) {
+    std::vector<std::string> o = external;
+    o.push_back("trainer.socket=" + socket);
+    return o;
+  };
+  CHECK(loadConfig(path, withSocket(dir.path() + "/t.sock")).config.trainer.socket ==
+        dir.path() + "/t.sock");
+  CHECK(errorFrom([&] { loadConfig(path, withSocket("/nonexistent/t.sock")); }) ==
+        "--set trainer.socket=/nonexistent/t.sock:1:16: trainer socket '/nonexistent/t.sock': "
+        "folder '/nonexistent' does not exist (trainer.socket)");
+  CHECK(errorFrom([&] {
+          loadConfig(path, withSocket("/tmp/" + std::string(120, 'x')));
+        }).find("a Unix socket path has at most 107 bytes (trainer.socket)") != std::string::npos);
+  std::vector<std::string> beside = external;
+  beside.push_back("status.socket=/nonexistent/n1.sock");
+  CHECK(errorFrom([&] { loadConfig(path, beside); }) ==
+        "--set status.socket=/nonexistent/n1.sock:1:15: trainer socket "
+        "'/nonexistent/n1.trainer.sock' (beside status.socket): folder '/nonexistent' does not "
+        "exist (status.socket)");
   // A broken topology is reported against the topology file.
   dir.write("ring.yaml", "nodes: []\nedges: []\n");
   CHECK(errorFrom([&] { loadConfig(path); }) ==

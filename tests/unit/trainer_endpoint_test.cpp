@@ -189,3 +189,57 @@ TEST_CASE("trainer endpoint: one trainer at a time, and it must match the node")
   CHECK(mismatch["message"] == "this node trains 4 float32 parameters; the trainer has 4 float64");
   CHECK(endpoint.status().refused == 2);
 }
+
+TEST_CASE("trainer endpoint: fields of the wrong type or out of range are rejected, not thrown") {
+  TempDir dir;
+  TrainerEndpoint endpoint(options(dir));
+  {
+    Client typed(dir.path() + "/t.sock");  // a hello whose type is not a string
+    typed.send({{"type", 5}, {"dimension", kDimension}});
+    for (int i = 0; i < 50 && ::recv(typed.fd, nullptr, 0, MSG_DONTWAIT) != 0; ++i)
+      typed.serve(endpoint);
+    CHECK_FALSE(endpoint.status().attached);
+  }
+  Client client(dir.path() + "/t.sock");
+  client.send({{"type", "hello"}, {"dimension", kDimension}, {"dtype", "float32"}});
+  REQUIRE(client.receive(endpoint)["type"] == "welcome");
+  client.map();
+  endpoint.publish(7, bytesOf({1, 2, 3, 4}));
+  REQUIRE(client.receive(endpoint)["type"] == "round");
+  for (std::size_t k = 0; k < kDimension; ++k) client.region[kDimension + k] = 0.25f;
+
+  const json base = {{"type", "update"}, {"round", 7}, {"kind", "gradient"}, {"loss", 0.5}};
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, json>>{{"round", "7"},
+                                                 {"loss", json::array({1})},
+                                                 {"kind", 3},
+                                                 {"accuracy", "high"},
+                                                 {"accuracy", 1.5},
+                                                 {"accuracy", -0.1},
+                                                 {"test_loss", -1.0}}) {
+    json message = base;
+    message[key] = value;
+    client.send(message);
+    const json answer = client.receive(endpoint);
+    CAPTURE(message.dump());
+    CHECK(answer["type"] == "rejected");
+  }
+  // A number too large for a double parses as infinity.
+  const std::string line =
+      R"({"type":"update","round":7,"kind":"gradient","loss":0.5,"test_loss":1e400})"
+      "\n";
+  REQUIRE(::send(client.fd, line.data(), line.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(line.size()));
+  CHECK(client.receive(endpoint)["type"] == "rejected");
+  CHECK(endpoint.status().rejectedUpdates == 8);
+
+  json good = base;
+  good["test_loss"] = 0.4;
+  good["accuracy"] = 0.9;
+  client.send(good);
+  const auto update = nextUpdate(client, endpoint);
+  REQUIRE(update.has_value());
+  CHECK(update->testLoss == std::optional<double>(0.4));
+  CHECK(update->accuracy == std::optional<double>(0.9));
+  CHECK(endpoint.status().attached);
+}
