@@ -135,7 +135,13 @@ void checkLocal(const NodeConfig& config, const Origins& origins) {
            "from_round (" + std::to_string(config.straggler.fromRound) + ") is after to_round (" +
                std::to_string(config.straggler.toRound) + ")");
   }
-  if (!hasModel(config) && config.model.dimension < 1) {
+  if (!isExternal(config) && config.model.dimension == kAutoDimension) {
+    failAt(origins, "model.dimension", "dimension: auto needs model.kind: external (a trainer's)");
+  }
+  if (!isExternal(config) && config.model.dtype == kAuto) {
+    failAt(origins, "model.dtype", "dtype: auto needs model.kind: external (a trainer's)");
+  }
+  if (!hasModel(config) && config.model.dimension < 1 && config.model.dimension != kAutoDimension) {
     failAt(origins, "model.kind", "kind: " + config.model.kind + " needs model.dimension >= 1");
   }
   if (data::parseName(data::kModelKinds, config.model.kind) == data::ModelKind::Mlp &&

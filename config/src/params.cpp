@@ -20,6 +20,9 @@ bool isExternal(const NodeConfig& config) {
 bool usesFloat64(const NodeConfig& config) {
   return config.model.dtype == kFloat64;
 }
+bool shapeFromTrainer(const NodeConfig& config) {
+  return config.model.dimension == kAutoDimension || config.model.dtype == kAuto;
+}
 
 data::DataSource dataSource(const NodeConfig& config) {
   data::DataSource source;

@@ -53,6 +53,21 @@ Key integer(std::string path, Ref ref, std::int64_t min, std::int64_t max, std::
           {}};
 }
 
+// An integer, or the word `auto` (stored as kAuto: decided at run time).
+template <class Ref>
+Key integerOrAuto(std::string path, Ref ref, std::int64_t min, std::int64_t max, std::string doc) {
+  Key key = integer(path, ref, min, max, std::move(doc));
+  key.type = "integer | auto";
+  key.read = [=](NodeConfig& c, const Source& s, const YamlNode& n) {
+    const bool word = n.kind == schema::NodeKind::Scalar && n.scalar == kAuto;
+    ref(c) = word ? kAutoDimension : schema::readInt(s, n, path, min, max);
+  };
+  key.show = [=](const NodeConfig& c) {
+    return ref(c) == kAutoDimension ? std::string(kAuto) : std::to_string(ref(c));
+  };
+  return key;
+}
+
 template <class Ref>
 Key number(std::string path, Ref ref, double min, double max, std::string doc) {
   const std::string range = max >= kHuge ? "[" + showDouble(min) + ", inf)" : rangeText(min, max);
@@ -190,12 +205,14 @@ std::vector<Key> makeKeys() {
              "Model to train; external = a trainer process attached at trainer.socket computes "
              "the updates (docs/trainers.md); none = no model, zero gradients on "
              "model.dimension parameters (a round is the exchange alone: benchmarks)."),
-      integer("model.dimension", CONSENSUSD_FIELD(model.dimension), 0, 1LL << 31,
-              "Parameter count with kind: external or none."),
+      integerOrAuto("model.dimension", CONSENSUSD_FIELD(model.dimension), 0, 1LL << 31,
+                    "Parameter count with kind: external or none; auto (external): the first "
+                    "trainer's, before the node joins its neighbours."),
       integerList("model.hidden", CONSENSUSD_FIELD(model.hidden), 2, 1, 65536,
                   "Hidden layer widths with kind: mlp (1 or 2 layers)."),
-      choice("model.dtype", CONSENSUSD_FIELD(model.dtype), {"float32", kFloat64},
-             "Parameter type, on the wire too; must match the neighbours'."),
+      choice("model.dtype", CONSENSUSD_FIELD(model.dtype), {"float32", kFloat64, kAuto},
+             "Parameter type, on the wire too; must match the neighbours'. auto (external): the "
+             "first trainer's."),
       integer("model.init_seed", CONSENSUSD_FIELD(model.initSeed), 0, kMaxInt,
               "Seed of the initial parameters; the same on every node."),
 

@@ -33,12 +33,53 @@ constexpr auto kStatusEvery = std::chrono::milliseconds(50);
 // Without rounds (a stalled or paused node), rejects and suspects still show within this.
 constexpr auto kStatusRefresh = std::chrono::seconds(1);
 
+TrainerOptions trainerOptions(const config::NodeConfig& cfg, const config::LoadedConfig& loaded) {
+  TrainerOptions options;
+  options.socket = cfg.trainer.socket;
+  if (loaded.trainerGroup) options.group = static_cast<gid_t>(*loaded.trainerGroup);
+  options.dimension = cfg.model.dimension == config::kAutoDimension
+                          ? 0
+                          : static_cast<std::size_t>(cfg.model.dimension);
+  if (cfg.model.dtype == config::kAuto)
+    options.dtype.reset();
+  else
+    options.dtype = config::usesFloat64(cfg) ? wire::Dtype::Float64 : wire::Dtype::Float32;
+  return options;
+}
+
+// model.dimension/dtype: auto: binds the trainer socket and waits for the
+// first trainer, whose parameters decide the node's, before the node binds
+// its port or joins its neighbours. Null when stopped (SIGTERM/SIGINT) first.
+std::unique_ptr<TrainerEndpoint> awaitTrainerShape(const config::LoadedConfig& loaded, int signalFd,
+                                                   ServiceNotifier& service) {
+  auto endpoint = std::make_unique<TrainerEndpoint>(trainerOptions(loaded.config, loaded));
+  spdlog::info("waiting for a trainer at {}: its parameters decide the node's",
+               loaded.config.trainer.socket);
+  service.status("waiting for a trainer at " + loaded.config.trainer.socket);
+  std::vector<zmq::pollitem_t> items;
+  while (!endpoint->shape()) {
+    service.extendStart(60);  // waiting for the trainer is not a hung start
+    items = {{nullptr, signalFd, ZMQ_POLLIN, 0}};
+    endpoint->append(items);
+    zmq::poll(items, std::chrono::seconds(20));
+    if (items[0].revents & ZMQ_POLLIN) {
+      spdlog::info("stopped before a trainer attached");
+      return nullptr;
+    }
+    endpoint->serve(std::span(items).subspan(1));
+  }
+  return endpoint;
+}
+
 template <class Scalar>
 class Runner {
  public:
   using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
 
-  Runner(const config::LoadedConfig& loaded, StatusBoard& board, int signalFd, int wakeFd)
+  // `trainer`: an endpoint that already learned the node's shape from its
+  // first trainer (model.dimension/dtype: auto); else made here if external.
+  Runner(const config::LoadedConfig& loaded, StatusBoard& board, int signalFd, int wakeFd,
+         ServiceNotifier& service, std::unique_ptr<TrainerEndpoint> trainer)
       : loaded_(loaded),
         cfg_(loaded.config),
         topology_(loaded.topology),
@@ -47,13 +88,17 @@ class Runner {
         signalFd_(signalFd),
         wakeFd_(wakeFd),
         started_(Clock::now()),
+        service_(service),
+        trainer_(std::move(trainer)),
         telemetry_(cfg_.log.metricsFile) {}
 
   int run() {
     loadData();
     transport_.emplace(topology_, self_, transportOptions());
-    if (config::isExternal(cfg_)) trainer_.emplace(trainerOptions());
+    if (config::isExternal(cfg_) && !trainer_)
+      trainer_ = std::make_unique<TrainerEndpoint>(trainerOptions(cfg_, loaded_));
     resume();
+    if (trainer_) trainer_->welcomeHeld();  // resumed: a held first trainer learns fresh or not
     service_.ready();  // systemd (Type=notify): started once the ports are bound
     spdlog::info(
         "node {} of {} ({} nodes, degree {}), {} parameters ({}), policy {}, starting at round {}",
@@ -113,15 +158,6 @@ class Runner {
     options.staleness = cfg_.consensus.staleness;
     options.linkDelay = std::chrono::duration_cast<Duration>(
         std::chrono::duration<double, std::milli>(cfg_.straggler.linkDelayMs));
-    return options;
-  }
-
-  TrainerOptions trainerOptions() const {
-    TrainerOptions options;
-    options.socket = cfg_.trainer.socket;
-    if (loaded_.trainerGroup) options.group = static_cast<gid_t>(*loaded_.trainerGroup);
-    options.dimension = dimension_;
-    options.dtype = dtype();
     return options;
   }
 
@@ -478,7 +514,7 @@ class Runner {
   int signalFd_;
   int wakeFd_;
   Clock::time_point started_;
-  ServiceNotifier service_;
+  ServiceNotifier& service_;
   // Derived once from the config, not per message or per round.
   consensus::EngineOptions engineOptions_ = config::engineOptions(cfg_);
   std::string configYaml_ = config::toYaml(cfg_);
@@ -488,8 +524,8 @@ class Runner {
   std::unique_ptr<ComputeWorker<Scalar>> worker_;
   std::size_t dimension_ = 0;
   std::optional<Transport> transport_;
-  std::optional<TrainerEndpoint> trainer_;  // model.kind: external
-  bool awaitingTrainerInit_ = false;        // a fresh start waits for the trainer's x_0
+  std::unique_ptr<TrainerEndpoint> trainer_;  // model.kind: external
+  bool awaitingTrainerInit_ = false;          // a fresh start waits for the trainer's x_0
   struct HeldUpdate {
     TrainerUpdate update;  // its values span is not used: `values` is the copy
     Vector values;
@@ -513,9 +549,19 @@ class Runner {
 }  // namespace
 
 int runNode(const config::LoadedConfig& loaded, StatusBoard& board, int signalFd, int wakeFd) {
-  if (config::usesFloat64(loaded.config))
-    return Runner<double>(loaded, board, signalFd, wakeFd).run();
-  return Runner<float>(loaded, board, signalFd, wakeFd).run();
+  ServiceNotifier service;
+  std::unique_ptr<TrainerEndpoint> trainer;
+  config::LoadedConfig shaped = loaded;
+  if (config::shapeFromTrainer(loaded.config)) {
+    trainer = awaitTrainerShape(loaded, signalFd, service);
+    if (!trainer) return 0;  // stopped while waiting
+    const TrainerShape shape = *trainer->shape();
+    shaped.config.model.dimension = static_cast<std::int64_t>(shape.dimension);
+    shaped.config.model.dtype = shape.dtype == wire::Dtype::Float64 ? config::kFloat64 : "float32";
+  }
+  if (config::usesFloat64(shaped.config))
+    return Runner<double>(shaped, board, signalFd, wakeFd, service, std::move(trainer)).run();
+  return Runner<float>(shaped, board, signalFd, wakeFd, service, std::move(trainer)).run();
 }
 
 }  // namespace consensusd::daemon

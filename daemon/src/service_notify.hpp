@@ -23,6 +23,11 @@ class ServiceNotifier {
   void ready() { send("READY=1"); }
   void stopping() { send("STOPPING=1"); }
   void status(const std::string& text) { send("STATUS=" + text); }
+  // Still starting, on purpose (waiting for a trainer): systemd's start timeout
+  // is pushed `seconds` from now.
+  void extendStart(int seconds) {
+    send("EXTEND_TIMEOUT_USEC=" + std::to_string(seconds * 1000000LL));
+  }
   // Sends WATCHDOG=1 when half the watchdog period has passed since the last.
   void feedWatchdog(Clock::time_point now);
   // When feedWatchdog next has something to do (time_point::max() without a watchdog).

@@ -19,8 +19,9 @@
 namespace consensusd::daemon {
 namespace {
 
-constexpr std::size_t kMaxLine = 4096;  // every message is a short JSON line
-constexpr std::size_t kWindow = 100;    // update times kept for mean and p95
+constexpr std::size_t kMaxLine = 4096;               // every message is a short JSON line
+constexpr std::size_t kWindow = 100;                 // update times kept for mean and p95
+constexpr std::uint64_t kMaxDimension = 1ULL << 31;  // as model.dimension's range
 
 // An optional numeric field: absent or null is none; another type throws
 // (handle() turns that into a rejected message).
@@ -36,9 +37,7 @@ const char* dtypeName(wire::Dtype dtype) {
 
 }  // namespace
 
-TrainerEndpoint::TrainerEndpoint(TrainerOptions options)
-    : options_(std::move(options)),
-      slotBytes_(options_.dimension * wire::bytesPer(options_.dtype)) {
+TrainerEndpoint::TrainerEndpoint(TrainerOptions options) : options_(std::move(options)) {
   const std::string& path = options_.socket;
   sockaddr_un address{};
   if (path.size() >= sizeof address.sun_path)
@@ -61,16 +60,34 @@ TrainerEndpoint::TrainerEndpoint(TrainerOptions options)
     ::close(listenFd_);
     throw Unavailable("cannot bind trainer socket " + path + ": " + why);
   }
+  if (shape()) {
+    createRegion();
+    spdlog::info("trainer socket {} ({} parameters, {})", path, options_.dimension,
+                 dtypeName(*options_.dtype));
+  } else {
+    spdlog::info("trainer socket {}: the first trainer's parameters decide the node's", path);
+  }
+}
+
+void TrainerEndpoint::createRegion() {
+  slotBytes_ = options_.dimension * wire::bytesPer(*options_.dtype);
   regionFd_ = ::memfd_create("consensusd-trainer", MFD_CLOEXEC);
   const auto bytes = static_cast<off_t>(2 * slotBytes_);
-  if (regionFd_ < 0 || ::ftruncate(regionFd_, bytes) != 0)
-    throw Unavailable("trainer region: " + std::string(std::strerror(errno)));
-  void* mapped = ::mmap(nullptr, 2 * slotBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, regionFd_, 0);
-  if (mapped == MAP_FAILED)
-    throw Unavailable("trainer region: " + std::string(std::strerror(errno)));
+  void* mapped = MAP_FAILED;
+  if (regionFd_ >= 0 && ::ftruncate(regionFd_, bytes) == 0)
+    mapped = ::mmap(nullptr, 2 * slotBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, regionFd_, 0);
+  if (mapped == MAP_FAILED) {
+    const std::string why = std::strerror(errno);
+    if (regionFd_ >= 0) ::close(regionFd_);
+    regionFd_ = -1;
+    throw Unavailable("trainer region of " + std::to_string(2 * slotBytes_) + " bytes: " + why);
+  }
   region_ = static_cast<std::byte*>(mapped);
-  spdlog::info("trainer socket {} ({} parameters, {})", path, options_.dimension,
-               dtypeName(options_.dtype));
+}
+
+std::optional<TrainerShape> TrainerEndpoint::shape() const {
+  if (options_.dimension == 0 || !options_.dtype) return std::nullopt;
+  return TrainerShape{options_.dimension, *options_.dtype};
 }
 
 TrainerEndpoint::~TrainerEndpoint() {
@@ -103,8 +120,29 @@ std::optional<std::vector<std::byte>> TrainerEndpoint::takeInitialParams() {
   return out;
 }
 
+void TrainerEndpoint::welcome() {
+  const bool fresh = wantInit_ && !initial_;
+  send(nlohmann::json({{"type", "welcome"},
+                       {"dimension", options_.dimension},
+                       {"dtype", dtypeName(*options_.dtype)},
+                       {"region_bytes", 2 * slotBytes_},
+                       {"fresh", fresh}})
+           .dump(),
+       regionFd_);
+  spdlog::info("trainer attached (pid {}){}", trainerPid_,
+               fresh ? ": waiting for its initial parameters" : "");
+  announce();
+}
+
+void TrainerEndpoint::welcomeHeld() {
+  owner_.check();
+  if (!holdWelcome_) return;
+  holdWelcome_ = false;
+  if (trainerFd_ >= 0 && welcomed_) welcome();
+}
+
 void TrainerEndpoint::announce() {
-  if (trainerFd_ < 0 || !welcomed_ || !round_ || announced_) return;
+  if (trainerFd_ < 0 || !welcomed_ || holdWelcome_ || !round_ || announced_) return;
   send(nlohmann::json({{"type", "round"}, {"round", *round_}}).dump());
   announced_ = true;
 }
@@ -245,9 +283,32 @@ std::optional<TrainerUpdate> TrainerEndpoint::handleMessage(const nlohmann::json
     }
     const auto dimension = message.value("dimension", std::uint64_t{0});
     const std::string dtype = message.value("dtype", std::string());
-    if (dimension != options_.dimension || dtype != dtypeName(options_.dtype)) {
-      const std::string why = "this node trains " + std::to_string(options_.dimension) + " " +
-                              dtypeName(options_.dtype) + " parameters; the trainer has " +
+    const bool learn = !shape();
+    if (learn && dimension >= 1 && dimension <= kMaxDimension &&
+        (dtype == "float32" || dtype == "float64")) {
+      // model.dimension/dtype: auto: this trainer's shape becomes the node's.
+      const TrainerOptions configured = options_;
+      if (options_.dimension == 0) options_.dimension = dimension;
+      if (!options_.dtype)
+        options_.dtype = dtype == "float64" ? wire::Dtype::Float64 : wire::Dtype::Float32;
+      try {
+        createRegion();
+      } catch (const Unavailable& e) {  // out of memory for it: refuse, stay open
+        options_ = configured;
+        ++counts_.refused;
+        send(nlohmann::json({{"type", "error"}, {"message", e.what()}}).dump());
+        detach(e.what());
+        return std::nullopt;
+      }
+      spdlog::info("the node trains {} {} parameters, as its first trainer (pid {})",
+                   options_.dimension, dtypeName(*options_.dtype), trainerPid_);
+      holdWelcome_ = true;
+    }
+    if (!shape() || dimension != options_.dimension || dtype != dtypeName(*options_.dtype)) {
+      const std::string ours = shape() ? std::to_string(options_.dimension) + " " +
+                                             dtypeName(*options_.dtype) + " parameters"
+                                       : "parameters of the first trainer's shape";
+      const std::string why = "this node trains " + ours + "; the trainer has " +
                               std::to_string(dimension) + " " + dtype;
       ++counts_.refused;
       send(nlohmann::json({{"type", "error"}, {"message", why}}).dump());
@@ -256,17 +317,7 @@ std::optional<TrainerUpdate> TrainerEndpoint::handleMessage(const nlohmann::json
     }
     welcomed_ = true;
     ++counts_.attaches;
-    const bool fresh = wantInit_ && !initial_;
-    send(nlohmann::json({{"type", "welcome"},
-                         {"dimension", options_.dimension},
-                         {"dtype", dtypeName(options_.dtype)},
-                         {"region_bytes", 2 * slotBytes_},
-                         {"fresh", fresh}})
-             .dump(),
-         regionFd_);
-    spdlog::info("trainer attached (pid {}){}", trainerPid_,
-                 fresh ? ": waiting for its initial parameters" : "");
-    announce();
+    if (!holdWelcome_) welcome();
     return std::nullopt;
   }
   if (type == "init") {

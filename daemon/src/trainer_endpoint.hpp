@@ -30,6 +30,12 @@ namespace consensusd::daemon {
 struct TrainerOptions {
   std::string socket;          // the Unix socket's path
   std::optional<gid_t> group;  // may attach besides the daemon's own user
+  std::size_t dimension = 0;   // 0: the first trainer's (model.dimension: auto)
+  std::optional<wire::Dtype> dtype = wire::Dtype::Float32;  // none: the first trainer's
+};
+
+// The parameter vector a node trains.
+struct TrainerShape {
   std::size_t dimension = 0;
   wire::Dtype dtype = wire::Dtype::Float32;
 };
@@ -63,6 +69,11 @@ class TrainerEndpoint {
   std::optional<std::vector<std::byte>> takeInitialParams();
   // A fresh start waits for the first trainer's initialisation.
   void expectInitialParams() { wantInit_ = true; }
+  // The shape, once known: from the options, or (auto) from the first
+  // trainer's hello, whose welcome then waits for welcomeHeld(): the daemon
+  // has to resume (fresh or not) before it can answer.
+  std::optional<TrainerShape> shape() const;
+  void welcomeHeld();
 
   void append(std::vector<zmq::pollitem_t>& items);
   // After zmq::poll: accepts, reads, answers; an update when one is complete.
@@ -82,6 +93,8 @@ class TrainerEndpoint {
   void announce();
   bool finite(std::span<const std::byte> values) const;
   std::span<std::byte> slot(std::size_t index) const;
+  void createRegion();
+  void welcome();
 
   OwnerThread owner_;
   TrainerOptions options_;
@@ -92,6 +105,7 @@ class TrainerEndpoint {
   int trainerFd_ = -1;
   pid_t trainerPid_ = 0;
   bool welcomed_ = false;              // hello answered: updates may come
+  bool holdWelcome_ = false;           // a shape learned from this hello: welcomeHeld() answers
   std::string input_;                  // a partial line
   std::optional<std::int64_t> round_;  // published, no update taken yet
   bool announced_ = false;

@@ -254,3 +254,44 @@ TEST_CASE("external trainers: a daemon killed under a running trainer, restarted
   CHECK(trainer.running());
   CHECK(trainerStatus(cluster, 0)["attaches"] == 1);  // this daemon's count: once, after restart
 }
+
+TEST_CASE("external trainers: model.dimension and dtype auto take the first trainer's shape") {
+  auto overrides = externalModel(100);
+  overrides.insert(overrides.end(), {"model.dimension=auto", "model.dtype=auto"});
+  Cluster cluster(2, overrides);
+  cluster.startAll();
+  // Waiting for its trainer, a node is starting: no status yet, no port bound.
+  REQUIRE(waitFor(
+      [&] { return cluster.log(0).find("waiting for a trainer at") != std::string::npos; }, 30s));
+  CHECK_FALSE(answers(cluster, 0));
+  CHECK(cluster.log(0).find("starting at round") == std::string::npos);
+
+  std::vector<std::unique_ptr<Child>> trainers;
+  for (std::size_t i = 0; i < 2; ++i) {
+    trainers.push_back(std::make_unique<Child>(trainerArgv(cluster, i, {"--dtype", "float64"}),
+                                               cluster.path("trainer" + std::to_string(i))));
+  }
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+  const json status = ask(cluster, 0, {{"cmd", "config"}});
+  CHECK(status["config"].get<std::string>().find("dimension: 8") != std::string::npos);
+  CHECK(status["config"].get<std::string>().find("dtype: float64") != std::string::npos);
+  for (std::size_t i = 0; i < 2; ++i) {
+    REQUIRE(cluster.child(i).wait(120s) == std::optional<int>(0));
+    REQUIRE(trainers[i]->wait(30s).has_value());
+    CHECK(linesOf(cluster.path("trainer" + std::to_string(i))).size() > 90);
+  }
+  CHECK(cluster.log(0).find("the node trains 8 float64 parameters, as its first trainer") !=
+        std::string::npos);
+}
+
+TEST_CASE("external trainers: a node waiting for its first trainer stops on SIGTERM") {
+  auto overrides = externalModel(0);
+  overrides.push_back("model.dimension=auto");
+  Cluster cluster(1, overrides);
+  cluster.start(0);
+  REQUIRE(waitFor(
+      [&] { return cluster.log(0).find("waiting for a trainer at") != std::string::npos; }, 30s));
+  cluster.child(0).signal(SIGTERM);
+  CHECK(cluster.child(0).wait(10s) == std::optional<int>(0));
+  CHECK_FALSE(std::filesystem::exists(trainerSocket(cluster, 0)));  // removed on the way out
+}

@@ -222,6 +222,26 @@ TEST_CASE("a change at run time gets the checks a file gets, the degree included
         }).find("unknown value 'fastest'") != std::string::npos);
 }
 
+TEST_CASE("model.dimension and model.dtype: auto, for an external trainer only") {
+  const NodeConfig config = readConfig(
+      kMinimal, "c.yaml", {"model.kind=external", "model.dimension=auto", "model.dtype=auto"});
+  CHECK(config.model.dimension == consensusd::config::kAutoDimension);
+  CHECK(consensusd::config::shapeFromTrainer(config));
+  const std::string yaml = consensusd::config::toYaml(config);
+  CHECK(yaml.find("dimension: auto") != std::string::npos);
+  CHECK(consensusd::config::toYaml(readConfig(yaml, "again.yaml")) == yaml);
+  CHECK_FALSE(consensusd::config::shapeFromTrainer(
+      readConfig(kMinimal, "c.yaml", {"model.kind=external", "model.dimension=8"})));
+  CHECK(readError(kMinimal, {"model.kind=none", "model.dimension=auto"}) ==
+        "--set model.dimension=auto:1:17: dimension: auto needs model.kind: external (a trainer's) "
+        "(model.dimension)");
+  CHECK(readError(kMinimal, {"model.dtype=auto"}) ==
+        "--set model.dtype=auto:1:13: dtype: auto needs model.kind: external (a trainer's) "
+        "(model.dtype)");
+  CHECK(readError(kMinimal, {"model.kind=external", "model.dimension=many"})
+            .find("model.dimension") != std::string::npos);
+}
+
 TEST_CASE("the shipped examples pass") {
   for (const char* example : {"n0.yaml", "n3-straggler.yaml"}) {
     CAPTURE(example);
@@ -247,8 +267,10 @@ TEST_CASE("every choice the schema accepts maps onto its module's enum") {
       const std::size_t bar = range.find(" | ", start);
       const std::string value = range.substr(start, bar - start);
       CAPTURE(value);
-      NodeConfig config =
-          readConfig(kMinimal, "c.yaml", {key.path + "=" + value, "model.dimension=8"});
+      std::vector<std::string> overrides{key.path + "=" + value, "model.dimension=8"};
+      if (value == consensusd::config::kAuto)
+        overrides.insert(overrides.begin(), "model.kind=external");
+      NodeConfig config = readConfig(kMinimal, "c.yaml", overrides);
       CHECK_NOTHROW(consensusd::config::dataSource(config));
       CHECK_NOTHROW(consensusd::config::partitionOptions(config, 4));
       CHECK_NOTHROW(consensusd::config::schedule(config));

@@ -196,8 +196,10 @@ TEST_CASE("trainer endpoint: fields of the wrong type or out of range are reject
   {
     Client typed(dir.path() + "/t.sock");  // a hello whose type is not a string
     typed.send({{"type", 5}, {"dimension", kDimension}});
-    for (int i = 0; i < 50 && ::recv(typed.fd, nullptr, 0, MSG_DONTWAIT) != 0; ++i)
+    char byte = 0;  // served until the endpoint closes the connection (recv reads EOF)
+    for (int i = 0; i < 100 && ::recv(typed.fd, &byte, 1, MSG_DONTWAIT) != 0; ++i)
       typed.serve(endpoint);
+    CHECK(::recv(typed.fd, &byte, 1, MSG_DONTWAIT) == 0);
     CHECK_FALSE(endpoint.status().attached);
   }
   Client client(dir.path() + "/t.sock");
@@ -242,4 +244,43 @@ TEST_CASE("trainer endpoint: fields of the wrong type or out of range are reject
   CHECK(update->testLoss == std::optional<double>(0.4));
   CHECK(update->accuracy == std::optional<double>(0.9));
   CHECK(endpoint.status().attached);
+}
+
+TEST_CASE("trainer endpoint: an auto shape is the first trainer's, and its welcome waits") {
+  TempDir dir;
+  daemon::TrainerOptions o = options(dir);
+  o.dimension = 0;
+  o.dtype.reset();
+  TrainerEndpoint endpoint(o);
+  CHECK_FALSE(endpoint.shape().has_value());
+  {
+    Client odd(dir.path() + "/t.sock");  // no usable shape: refused, still open
+    odd.send({{"type", "hello"}, {"dimension", 0}, {"dtype", "float32"}});
+    CHECK(odd.receive(endpoint)["message"] ==
+          "this node trains parameters of the first trainer's shape; the trainer has 0 float32");
+    CHECK_FALSE(endpoint.shape().has_value());
+  }
+  Client client(dir.path() + "/t.sock");
+  client.send({{"type", "hello"}, {"dimension", kDimension}, {"dtype", "float32"}});
+  for (int i = 0; i < 100 && !endpoint.shape(); ++i) client.serve(endpoint);
+  REQUIRE(endpoint.shape().has_value());
+  CHECK(endpoint.shape()->dimension == kDimension);
+  CHECK(endpoint.shape()->dtype == wire::Dtype::Float32);
+  for (int i = 0; i < 10; ++i) client.serve(endpoint);
+  char peek = 0;
+  CHECK(::recv(client.fd, &peek, 1, MSG_DONTWAIT | MSG_PEEK) < 0);  // no welcome yet
+
+  endpoint.expectInitialParams();  // the daemon resumed: a fresh start
+  endpoint.welcomeHeld();
+  const json welcome = client.receive(endpoint);
+  CHECK(welcome["type"] == "welcome");
+  CHECK(welcome["fresh"] == true);
+  CHECK(endpoint.status().attached);
+
+  ::shutdown(client.fd, SHUT_RDWR);
+  for (int i = 0; i < 50 && endpoint.status().attached; ++i) client.serve(endpoint);
+  Client other(dir.path() + "/t.sock");  // the shape is fixed now
+  other.send({{"type", "hello"}, {"dimension", kDimension + 1}, {"dtype", "float32"}});
+  CHECK(other.receive(endpoint)["message"] ==
+        "this node trains 4 float32 parameters; the trainer has 5 float32");
 }

@@ -4,6 +4,7 @@
 // whose lists are the modules' name tables, so they always parse here.
 
 #include <cstddef>
+#include <cstdint>
 
 #include "consensusd/config/node_config.hpp"
 #include "consensusd/consensus/options.hpp"
@@ -18,9 +19,13 @@ namespace consensusd::config {
 inline constexpr const char* kNoModel = "none";  // model.kind: zero gradients, exchange only
 inline constexpr const char* kExternalModel = "external";  // model.kind: an attached trainer
 inline constexpr const char* kFloat64 = "float64";
+// model.dimension / model.dtype: taken from the first trainer (kind: external).
+inline constexpr const char* kAuto = "auto";
+inline constexpr std::int64_t kAutoDimension = -1;
 bool hasModel(const NodeConfig& config);  // a built-in model (not external, not none)
 bool isExternal(const NodeConfig& config);
 bool usesFloat64(const NodeConfig& config);
+bool shapeFromTrainer(const NodeConfig& config);  // dimension or dtype: auto
 
 data::DataSource dataSource(const NodeConfig& config);
 data::PartitionOptions partitionOptions(const NodeConfig& config, std::size_t nodes);
