@@ -163,7 +163,7 @@ PolicyContext RoundEngine<Scalar>::policyContext(Time now) {
       options_.maxResponders == 0 ? slots_.size() : std::min(options_.maxResponders, slots_.size());
   context.maxCount = std::min(upper, context.live);
   context.minCount = std::min(options_.minResponders, context.maxCount);
-  context.learningRate = schedule_.at(round_);
+  context.learningRate = deltaEta_ ? *deltaEta_ : schedule_.at(round_);
   context.batchSize = options_.batchSize;
   context.neighbors = &views_;
   context.arrivals = &arrivals_;
@@ -251,10 +251,21 @@ void RoundEngine<Scalar>::onGradient(std::int64_t round, const Eigen::Ref<const 
   if (phase_ != Phase::Running || round != round_ || haveGradient_) return;
   gradient_ = gradient;
   updateKind_ = kind;
+  haveProbe_ = false;
   loss_ = loss;
   stats_ = stats;
   gradientAt_ = now;
   haveGradient_ = true;
+}
+
+template <class Scalar>
+void RoundEngine<Scalar>::onDelta(std::int64_t round, const Eigen::Ref<const Vector>& delta,
+                                  const Eigen::Ref<const Vector>& gradient, double loss,
+                                  const data::GradientStats& stats, Time now) {
+  if (phase_ != Phase::Running || round != round_ || haveGradient_) return;
+  onGradient(round, delta, loss, stats, now, UpdateKind::Delta);
+  probe_ = gradient;
+  haveProbe_ = true;
 }
 
 template <class Scalar>
@@ -430,31 +441,41 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     fusedMix(params_.data(), record.selfWeight, inputs, mixed_.data(), dimension);
   }
   record.consensusDistance = static_cast<double>((params_ - mixed_).norm());
-  if (options_.policy.kind == PolicyKind::Dynamic && options_.policy.heterogeneityTerm) {
+  // The gradient at x_k: the update itself, or a delta's probe; none for a
+  // delta alone (the dynamic rule then has no gradient statistics).
+  const bool isGradient = updateKind_ == UpdateKind::Gradient;
+  Vector* const g = isGradient ? &gradient_ : haveProbe_ ? &probe_ : nullptr;
+  record.learningRate = schedule_.at(round_);
+  if (!isGradient && g != nullptr) {
+    // The trainer's step along -g: what eta an SGD step of the same
+    // progress would have taken (Adam's, momentum's, anything's).
+    const double normSq = static_cast<double>(g->squaredNorm());
+    const double eta =
+        normSq > 0 ? std::max(-static_cast<double>(g->dot(gradient_)) / normSq, 0.0) : 0.0;
+    deltaEta_ = deltaEta_ ? *deltaEta_ + 0.1 * (eta - *deltaEta_) : eta;
+    record.learningRate = *deltaEta_;
+  }
+  if (g != nullptr && options_.policy.kind == PolicyKind::Dynamic &&
+      options_.policy.heterogeneityTerm) {
     // The pull against this round's gradient, for the heterogeneity (one
     // more pass, only when the dynamic policy counts it).
-    gradients_.recordPull(static_cast<double>((mixed_ - params_).dot(gradient_)),
-                          schedule_.at(round_));
+    gradients_.recordPull(static_cast<double>((mixed_ - params_).dot(*g)), record.learningRate);
   }
 
   // Curvature along the path for L (only the dynamic policy reads it: two
   // passes over the parameters saved for the others), then the step.
-  // A delta is no gradient: no curvature sample from it (the dynamic rule
-  // then sees the trainer's reported statistics only).
-  const bool isGradient = updateKind_ == UpdateKind::Gradient;
-  if (havePrevious_ && isGradient && options_.policy.kind == PolicyKind::Dynamic) {
+  if (havePrevious_ && g != nullptr && options_.policy.kind == PolicyKind::Dynamic) {
     // (g_k - g_{k-1}) . (x_k - x_{k-1}) carries +eta sigma^2 / B from the
     // minibatch noise of g_{k-1}, which also moved x: take it out.
     const double noise = previousEta_ * previousVariance_ /
                          static_cast<double>(std::max<std::size_t>(options_.batchSize, 1));
     const double curvature =
-        static_cast<double>((gradient_ - previousGradient_).dot(params_ - previousParams_)) - noise;
+        static_cast<double>((*g - previousGradient_).dot(params_ - previousParams_)) - noise;
     gradients_.recordStep(curvature,
                           static_cast<double>((params_ - previousParams_).squaredNorm()));
   }
-  havePrevious_ = isGradient;
+  havePrevious_ = g != nullptr;
   gradients_.record(stats_.gradNormSq, stats_.sampleVariance);
-  record.learningRate = schedule_.at(round_);
   previousEta_ = record.learningRate;
   previousVariance_ = stats_.sampleVariance;
   record.gradientApplied = round_ >= mixRound - options_.staleness;
@@ -467,7 +488,7 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   }
   // Keep x_k and g_k for the next curvature sample, without copying.
   previousParams_.swap(params_);
-  previousGradient_.swap(gradient_);
+  if (g != nullptr) previousGradient_.swap(*g);
   params_.swap(mixed_);
 
   record.skipped = skip.has_value();

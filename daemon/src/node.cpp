@@ -456,23 +456,38 @@ class Runner {
     // built-in compute thread sleeps: the trainer's time counts as compute.
     const Duration delay = std::chrono::duration_cast<Duration>(trainerStraggler_.extraDelay(
         update->round, std::chrono::duration_cast<Duration>(update->elapsed)));
-    const Eigen::Map<const Vector> values(reinterpret_cast<const Scalar*>(update->values.data()),
-                                          static_cast<Eigen::Index>(dimension_));
+    const Eigen::Map<const Vector> values = vectorOf(update->values);
+    const Eigen::Map<const Vector> gradient = vectorOf(update->gradient);
     if (delay <= Duration::zero()) {
-      applyTrainerUpdate(*update, values, now());
+      applyTrainerUpdate(*update, values, gradient, now());
       return;
     }
-    held_.emplace(
-        HeldUpdate{*update, values, now() + delay});  // a copy: the region is the trainer's
+    // A copy: the region is the trainer's.
+    held_.emplace(HeldUpdate{*update, values, gradient, now() + delay});
+  }
+  Eigen::Map<const Vector> vectorOf(std::span<const std::byte> bytes) const {
+    return {reinterpret_cast<const Scalar*>(bytes.data()),
+            static_cast<Eigen::Index>(bytes.size() / sizeof(Scalar))};
   }
   void applyHeldUpdate(Time t) {
     if (!held_ || t < held_->due) return;
-    applyTrainerUpdate(held_->update, held_->values, t);
+    applyTrainerUpdate(held_->update, held_->values, held_->gradient, t);
     held_.reset();
   }
+  // `gradient`: empty, or the gradient at x_k a delta came from.
   void applyTrainerUpdate(const TrainerUpdate& update, const Eigen::Ref<const Vector>& values,
-                          Time t) {
-    engine_->onGradient(update.round, values, update.loss, data::GradientStats{}, t, update.kind);
+                          const Eigen::Ref<const Vector>& gradient, Time t) {
+    data::GradientStats stats;
+    stats.sampleVariance = update.gradVariance;
+    if (update.kind == consensus::UpdateKind::Gradient) {
+      stats.gradNormSq = static_cast<double>(values.squaredNorm());
+      engine_->onGradient(update.round, values, update.loss, stats, t);
+    } else if (gradient.size() > 0) {
+      stats.gradNormSq = static_cast<double>(gradient.squaredNorm());
+      engine_->onDelta(update.round, values, gradient, update.loss, stats, t);
+    } else {
+      engine_->onGradient(update.round, values, update.loss, stats, t, update.kind);
+    }
     if (update.accuracy || update.testLoss)
       telemetry_.onEvaluation(update.round, {update.testLoss.value_or(telemetry_.testLoss()),
                                              update.accuracy.value_or(telemetry_.accuracy())});
@@ -527,8 +542,9 @@ class Runner {
   std::unique_ptr<TrainerEndpoint> trainer_;  // model.kind: external
   bool awaitingTrainerInit_ = false;          // a fresh start waits for the trainer's x_0
   struct HeldUpdate {
-    TrainerUpdate update;  // its values span is not used: `values` is the copy
+    TrainerUpdate update;  // its spans are not used: `values` and `gradient` are the copies
     Vector values;
+    Vector gradient;
     Time due;
   };
   std::optional<HeldUpdate> held_;  // the trainer's update, until the emulated straggler's delay

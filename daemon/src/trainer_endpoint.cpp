@@ -22,6 +22,8 @@ namespace {
 constexpr std::size_t kMaxLine = 4096;               // every message is a short JSON line
 constexpr std::size_t kWindow = 100;                 // update times kept for mean and p95
 constexpr std::uint64_t kMaxDimension = 1ULL << 31;  // as model.dimension's range
+// The region's slots: x_k, the update, and (optional) the gradient a delta came from.
+constexpr std::size_t kSlots = 3;
 
 // An optional numeric field: absent or null is none; another type throws
 // (handle() turns that into a rejected message).
@@ -72,15 +74,16 @@ TrainerEndpoint::TrainerEndpoint(TrainerOptions options) : options_(std::move(op
 void TrainerEndpoint::createRegion() {
   slotBytes_ = options_.dimension * wire::bytesPer(*options_.dtype);
   regionFd_ = ::memfd_create("consensusd-trainer", MFD_CLOEXEC);
-  const auto bytes = static_cast<off_t>(2 * slotBytes_);
+  const auto bytes = static_cast<off_t>(kSlots * slotBytes_);
   void* mapped = MAP_FAILED;
   if (regionFd_ >= 0 && ::ftruncate(regionFd_, bytes) == 0)
-    mapped = ::mmap(nullptr, 2 * slotBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, regionFd_, 0);
+    mapped = ::mmap(nullptr, kSlots * slotBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, regionFd_, 0);
   if (mapped == MAP_FAILED) {
     const std::string why = std::strerror(errno);
     if (regionFd_ >= 0) ::close(regionFd_);
     regionFd_ = -1;
-    throw Unavailable("trainer region of " + std::to_string(2 * slotBytes_) + " bytes: " + why);
+    throw Unavailable("trainer region of " + std::to_string(kSlots * slotBytes_) +
+                      " bytes: " + why);
   }
   region_ = static_cast<std::byte*>(mapped);
 }
@@ -92,7 +95,7 @@ std::optional<TrainerShape> TrainerEndpoint::shape() const {
 
 TrainerEndpoint::~TrainerEndpoint() {
   if (trainerFd_ >= 0) ::close(trainerFd_);
-  if (region_ != nullptr) ::munmap(region_, 2 * slotBytes_);
+  if (region_ != nullptr) ::munmap(region_, kSlots * slotBytes_);
   if (regionFd_ >= 0) ::close(regionFd_);
   if (listenFd_ >= 0) {
     ::close(listenFd_);
@@ -125,7 +128,7 @@ void TrainerEndpoint::welcome() {
   send(nlohmann::json({{"type", "welcome"},
                        {"dimension", options_.dimension},
                        {"dtype", dtypeName(*options_.dtype)},
-                       {"region_bytes", 2 * slotBytes_},
+                       {"region_bytes", kSlots * slotBytes_},
                        {"fresh", fresh}})
            .dump(),
        regionFd_);
@@ -345,19 +348,30 @@ std::optional<TrainerUpdate> TrainerEndpoint::handleMessage(const nlohmann::json
     reject("kind must be gradient or delta, not '" + kind + "'");
     return std::nullopt;
   }
-  if (!finite(slot(1)) || !std::isfinite(loss)) {
+  // A delta may come with the gradient at x_k it was computed from (slot 2).
+  const bool withGradient = message.value("gradient", false);
+  if (withGradient && kind != "delta") {
+    reject("gradient: true goes with kind delta");
+    return std::nullopt;
+  }
+  if (!finite(slot(1)) || !std::isfinite(loss) || (withGradient && !finite(slot(2)))) {
     reject("non_finite");
     return std::nullopt;
   }
   // What the trainer measured on its test data: shown as the node's, so bounded.
   const std::optional<double> accuracy = optionalNumber(message, "accuracy");
   const std::optional<double> testLoss = optionalNumber(message, "test_loss");
+  const std::optional<double> variance = optionalNumber(message, "grad_variance");
   if (accuracy && !(*accuracy >= 0 && *accuracy <= 1)) {
     reject("accuracy must be in [0, 1]");
     return std::nullopt;
   }
   if (testLoss && !(std::isfinite(*testLoss) && *testLoss >= 0)) {
     reject("test_loss must be finite and >= 0");
+    return std::nullopt;
+  }
+  if (variance && !(std::isfinite(*variance) && *variance >= 0)) {
+    reject("grad_variance must be finite and >= 0");
     return std::nullopt;
   }
   TrainerUpdate update;
@@ -368,6 +382,8 @@ std::optional<TrainerUpdate> TrainerEndpoint::handleMessage(const nlohmann::json
   update.testLoss = testLoss;
   update.elapsed = std::chrono::steady_clock::now() - publishedAt_;
   update.values = slot(1);
+  if (withGradient) update.gradient = slot(2);
+  update.gradVariance = variance.value_or(0.0);
   round_.reset();
   ++counts_.updates;
   updateMs_.push_back(std::chrono::duration<double, std::milli>(update.elapsed).count());

@@ -1,9 +1,10 @@
 #pragma once
 // The trainer socket (model.kind: external, docs/trainers.md): a local
 // process attaches over a Unix socket and computes the node's updates. The
-// parameters are shared, not sent: the daemon creates a memfd region of two
-// slots (x_k, then the update), hands its descriptor over with SCM_RIGHTS,
-// and the socket carries one short JSON line per event. One trainer at a
+// parameters are shared, not sent: the daemon creates a memfd region of three
+// slots (x_k, the update, the gradient a delta came from), hands its
+// descriptor over with SCM_RIGHTS, and the socket carries one short JSON
+// line per event. One trainer at a
 // time; a peer that is neither the daemon's user nor in trainer.group is
 // refused. Owned by the engine thread, polled with the other descriptors.
 
@@ -50,6 +51,8 @@ struct TrainerUpdate {
   std::optional<double> testLoss;                 // a test loss, >= 0
   std::chrono::steady_clock::duration elapsed{};  // from publish to this update
   std::span<const std::byte> values;
+  std::span<const std::byte> gradient;  // with a delta: the gradient at x_k (else empty)
+  double gradVariance = 0;              // tr Cov of per-sample gradients, if reported
 };
 
 class TrainerEndpoint {

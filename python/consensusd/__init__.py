@@ -60,12 +60,16 @@ class Round:
         to hand it back without a copy."""
         return self._node._update
 
-    def submit(self, update, loss, kind="gradient", accuracy=None, test_loss=None):
+    def submit(self, update, loss, kind="gradient", accuracy=None, test_loss=None,
+               gradient=None, grad_variance=None):
         """Hand back the update at x_k: a gradient (the daemon's optimizer steps) or a
         delta x_after - x_k (the trainer's own optimizer stepped); None: what the
-        update slot holds. `accuracy` (in [0, 1]) and `test_loss`, when given, are
-        shown as the node's test figures."""
-        self._node._submit(self.index, update, loss, kind, accuracy, test_loss)
+        update slot holds. With a delta, `gradient` (the gradient at x_k the step
+        came from) gives the dynamic wait policy its statistics. `accuracy` (in
+        [0, 1]) and `test_loss`, when given, are shown as the node's test figures;
+        `grad_variance`: the trace of the per-sample gradients' covariance."""
+        self._node._submit(self.index, update, loss, kind, accuracy, test_loss, gradient,
+                           grad_variance)
 
 
 class Node:
@@ -100,8 +104,10 @@ class Node:
         self._region = mmap.mmap(fds[0], welcome["region_bytes"])
         _close_fds(fds)
         item = _DTYPES[self.dtype]
-        slots = np.frombuffer(self._region, dtype=item).reshape(2, self.dimension)
+        # x_k, the update, and the gradient a delta came from.
+        slots = np.frombuffer(self._region, dtype=item).reshape(-1, self.dimension)
         self._update = slots[1]
+        self._gradient = slots[2]
         if welcome.get("fresh"):
             # A fresh start takes x_0 from the trainer: every trainer should
             # initialise alike (the same seed), or the nodes start apart.
@@ -146,7 +152,8 @@ class Node:
                     raise
                 time.sleep(0.05)
 
-    def _submit(self, index, update, loss, kind, accuracy, test_loss):
+    def _submit(self, index, update, loss, kind, accuracy, test_loss, gradient=None,
+                grad_variance=None):
         if update is not None:
             update = np.asarray(update).reshape(-1)
             if update.size != self.dimension:
@@ -154,6 +161,15 @@ class Node:
                                  (update.size, self.dimension))
             self._update[:] = update
         message = {"type": "update", "round": int(index), "kind": kind, "loss": float(loss)}
+        if gradient is not None:
+            gradient = np.asarray(gradient).reshape(-1)
+            if gradient.size != self.dimension:
+                raise ValueError("gradient has %d values, the node trains %d" %
+                                 (gradient.size, self.dimension))
+            self._gradient[:] = gradient
+            message["gradient"] = True
+        if grad_variance is not None:
+            message["grad_variance"] = float(grad_variance)
         if accuracy is not None:
             message["accuracy"] = float(accuracy)
         if test_loss is not None:
@@ -166,7 +182,7 @@ class Node:
             # The round is lost with the daemon; rounds() attaches again.
 
     def _detach(self):
-        self._params = self._update = None
+        self._params = self._update = self._gradient = None
         if self._region is not None:
             try:
                 self._region.close()

@@ -14,7 +14,8 @@ Wrap the optimizer you already use; the training loop stays as it is:
 Each step() is one round of the node: the forward and backward ran at the
 node's x_k (loaded into the model's parameters before), the wrapped
 optimizer steps from there, and the difference goes to the daemon as a
-`delta` update (x_{k+1} = mix + delta, docs/trainers.md). Then the model
+`delta` update (x_{k+1} = mix + delta, docs/trainers.md), with the gradient
+it stepped from (the dynamic wait policy's statistics). Then the model
 holds x_{k+1}, the next round's parameters.
 
 The model's parameters at construction are the node's x_0 on a fresh start:
@@ -60,12 +61,16 @@ class Optimizer:
         """Steps the wrapped optimizer at x_k, hands the delta to the node, and loads
         x_{k+1} into the model. `accuracy` and `test_loss`: the model's test figures
         at x_k, when measured this round."""
+        with torch.no_grad():  # the gradient at x_k: the dynamic wait policy's statistics
+            gradient = parameters_to_vector(
+                [p.grad if p.grad is not None else torch.zeros_like(p) for p in self._params])
+            gradient = gradient.detach().cpu().numpy()
         self.optimizer.step()
         with torch.no_grad():
             after = parameters_to_vector(self._params).detach().cpu().numpy()
         delta = after.astype(np.float32) - self._x
         self._round.submit(delta, loss=float(loss), kind="delta", accuracy=accuracy,
-                           test_loss=test_loss)
+                           test_loss=test_loss, gradient=gradient)
         self._next_round()
 
     def state_dict(self):

@@ -44,7 +44,7 @@ struct Client {
     REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
   }
   ~Client() {
-    if (region != nullptr) ::munmap(region, 2 * kDimension * sizeof(float));
+    if (region != nullptr) ::munmap(region, 3 * kDimension * sizeof(float));
     if (regionFd >= 0) ::close(regionFd);
     ::close(fd);
   }
@@ -88,7 +88,7 @@ struct Client {
   }
   void map() {
     REQUIRE(regionFd >= 0);
-    void* mapped = ::mmap(nullptr, 2 * kDimension * sizeof(float), PROT_READ | PROT_WRITE,
+    void* mapped = ::mmap(nullptr, 3 * kDimension * sizeof(float), PROT_READ | PROT_WRITE,
                           MAP_SHARED, regionFd, 0);
     REQUIRE(mapped != MAP_FAILED);
     region = static_cast<float*>(mapped);
@@ -125,7 +125,7 @@ TEST_CASE("trainer endpoint: x_k through the region, the update back, NaN refuse
   const json welcome = client.receive(endpoint);
   CHECK(welcome["type"] == "welcome");
   CHECK(welcome["fresh"] == true);
-  CHECK(welcome["region_bytes"] == 2 * kDimension * sizeof(float));
+  CHECK(welcome["region_bytes"] == 3 * kDimension * sizeof(float));
   client.map();
 
   // A fresh start: the trainer's x_0 is taken once.
@@ -211,14 +211,16 @@ TEST_CASE("trainer endpoint: fields of the wrong type or out of range are reject
   for (std::size_t k = 0; k < kDimension; ++k) client.region[kDimension + k] = 0.25f;
 
   const json base = {{"type", "update"}, {"round", 7}, {"kind", "gradient"}, {"loss", 0.5}};
-  for (const auto& [key, value] :
-       std::vector<std::pair<std::string, json>>{{"round", "7"},
-                                                 {"loss", json::array({1})},
-                                                 {"kind", 3},
-                                                 {"accuracy", "high"},
-                                                 {"accuracy", 1.5},
-                                                 {"accuracy", -0.1},
-                                                 {"test_loss", -1.0}}) {
+  for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
+           {"round", "7"},
+           {"loss", json::array({1})},
+           {"kind", 3},
+           {"accuracy", "high"},
+           {"accuracy", 1.5},
+           {"accuracy", -0.1},
+           {"test_loss", -1.0},
+           {"grad_variance", -1.0},
+           {"gradient", true}}) {  // a gradient beside a gradient: only a delta has one
     json message = base;
     message[key] = value;
     client.send(message);
@@ -233,16 +235,26 @@ TEST_CASE("trainer endpoint: fields of the wrong type or out of range are reject
   REQUIRE(::send(client.fd, line.data(), line.size(), MSG_NOSIGNAL) ==
           static_cast<ssize_t>(line.size()));
   CHECK(client.receive(endpoint)["type"] == "rejected");
-  CHECK(endpoint.status().rejectedUpdates == 8);
+  CHECK(endpoint.status().rejectedUpdates == 10);
 
   json good = base;
   good["test_loss"] = 0.4;
   good["accuracy"] = 0.9;
+  good["kind"] = "delta";
+  good["gradient"] = true;  // slot 2: the gradient at x_k
+  good["grad_variance"] = 2.5;
+  client.region[2 * kDimension + 3] = std::numeric_limits<float>::infinity();
+  client.send(good);
+  CHECK(client.receive(endpoint) == json({{"type", "rejected"}, {"reason", "non_finite"}}));
+  client.region[2 * kDimension + 3] = 7.0f;
   client.send(good);
   const auto update = nextUpdate(client, endpoint);
   REQUIRE(update.has_value());
   CHECK(update->testLoss == std::optional<double>(0.4));
   CHECK(update->accuracy == std::optional<double>(0.9));
+  CHECK(update->gradVariance == 2.5);
+  REQUIRE(update->gradient.size() == kDimension * sizeof(float));
+  CHECK(reinterpret_cast<const float*>(update->gradient.data())[3] == 7.0f);
   CHECK(endpoint.status().attached);
 }
 

@@ -197,3 +197,32 @@ TEST_CASE("plausible rounds: the horizon grows with the hops from us to the send
                                                         {6, 2 * options.maxLead + extra},
                                                         {7, 3 * options.maxLead + extra}});
 }
+
+TEST_CASE("a delta with its gradient: applied as given, its step size is the trainer's") {
+  EngineOptions options = withPolicy(PolicyKind::Static);
+  options.policy.backups = 4;  // mix with nobody: x_{k+1} = x_k + d
+  options.minResponders = 0;
+  Hub hub(options, 0.01);
+  const Eigen::VectorXd g = Eigen::Vector3d(1.0, 2.0, 3.0);
+  double expectedEta = 0;
+  Eigen::VectorXd x = Eigen::VectorXd::Zero(3);
+  for (const double eta : {0.3, 0.5, 0.0}) {
+    REQUIRE(hub.engine.tryStart(ms(0)));
+    const Eigen::VectorXd delta = -eta * g;
+    hub.engine.onDelta(hub.engine.round(), delta, g, 1.0, GradientStats{14.0, 0.0}, ms(0));
+    const auto record = hub.engine.tryFinish(ms(0));
+    REQUIRE(record);
+    // -g.d / ||g||^2 = eta, averaged over rounds (weight 0.1), not the schedule's 0.01.
+    expectedEta = eta == 0.3 ? eta : expectedEta + 0.1 * (eta - expectedEta);
+    CHECK(record->learningRate == doctest::Approx(expectedEta));
+    x += delta;
+    CHECK((hub.engine.params() - x).norm() == doctest::Approx(0.0));
+  }
+  // A plain delta (no gradient) leaves the average alone; a gradient steps at the schedule's.
+  REQUIRE(hub.engine.tryStart(ms(0)));
+  hub.engine.onGradient(hub.engine.round(), g, 1.0, GradientStats{}, ms(0), UpdateKind::Delta);
+  const auto plain = hub.engine.tryFinish(ms(0));
+  REQUIRE(plain);
+  CHECK(plain->learningRate == doctest::Approx(0.01));
+  CHECK((hub.engine.params() - (x + g)).norm() == doctest::Approx(0.0));
+}

@@ -99,6 +99,13 @@ class RoundEngine {
   void onGradient(std::int64_t round, const Eigen::Ref<const Vector>& gradient, double loss,
                   const data::GradientStats& stats, Time now,
                   UpdateKind kind = UpdateKind::Gradient);
+  // A delta d together with the gradient g at x_k it came from (a trainer's
+  // own optimizer step): d is applied; g gives the dynamic rule what a
+  // gradient update gives it (norm, curvature), and its step size is the
+  // trainer's, eta = -g.d / ||g||^2.
+  void onDelta(std::int64_t round, const Eigen::Ref<const Vector>& delta,
+               const Eigen::Ref<const Vector>& gradient, double loss,
+               const data::GradientStats& stats, Time now);
   Receipt onDecision(std::size_t node, std::int64_t round, bool usedMine, Time now);
   // A keep-alive from a neighbour working on `round`: not suspect, and its
   // progress counts for the lead bound and skipping even when its estimates
@@ -200,18 +207,21 @@ class RoundEngine {
   std::optional<CutoffReason> decidedReason_;  // symmetric: the cut-off already passed
   std::vector<Decision> outgoingDecisions_;
 
-  Vector params_;  // x_i^k, published at the round start
-  Vector mixed_;   // x_hat
-  Vector gradient_;
+  Vector params_;    // x_i^k, published at the round start
+  Vector mixed_;     // x_hat
+  Vector gradient_;  // the update: a gradient, or a delta
+  Vector probe_;     // with a delta from onDelta: the gradient at x_k
   bool haveGradient_ = false;
+  bool haveProbe_ = false;
   UpdateKind updateKind_ = UpdateKind::Gradient;
+  std::optional<double> deltaEta_;  // the trainer's step size, averaged: the rule's eta
   Time gradientAt_{};
   double loss_ = 0.0;
   data::GradientStats stats_;
   Vector previousParams_;
   Vector previousGradient_;
   double topologySelfWeight_;  // w_ii: what `renormalize` shares a missing weight with
-  bool havePrevious_ = false;
+  bool havePrevious_ = false;  // previousGradient_ holds g_{k-1}
   double previousEta_ = 0.0;
   double previousVariance_ = 0.0;
 };
