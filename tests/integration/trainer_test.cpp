@@ -23,6 +23,7 @@ using consensusd::testing::answers;
 using consensusd::testing::ask;
 using consensusd::testing::Child;
 using consensusd::testing::Cluster;
+using consensusd::testing::roundOf;
 using consensusd::testing::runProcess;
 using consensusd::testing::waitFor;
 using json = nlohmann::json;
@@ -294,4 +295,35 @@ TEST_CASE("external trainers: a node waiting for its first trainer stops on SIGT
   cluster.child(0).signal(SIGTERM);
   CHECK(cluster.child(0).wait(10s) == std::optional<int>(0));
   CHECK_FALSE(std::filesystem::exists(trainerSocket(cluster, 0)));  // removed on the way out
+}
+
+TEST_CASE("external trainers: a trainer killed mid-run leaves its node up, a new one finishes") {
+  auto overrides = externalModel(150);
+  overrides.push_back("consensus.max_lead=5");
+  Cluster cluster(3, overrides);
+  cluster.startAll();
+  std::vector<std::unique_ptr<Child>> trainers;
+  for (std::size_t i = 0; i < 3; ++i) {
+    REQUIRE(waitFor([&] { return answers(cluster, i); }, 30s));
+    trainers.push_back(std::make_unique<Child>(trainerArgv(cluster, i),
+                                               cluster.path("trainer" + std::to_string(i))));
+  }
+  REQUIRE(waitFor([&] { return roundOf(cluster, 0) > 20; }, 60s));
+  trainers[0]->signal(SIGKILL);
+  REQUIRE(trainers[0]->wait(10s).has_value());
+  REQUIRE(waitFor([&] { return trainerStatus(cluster, 0).value("attached", true) == false; }, 10s));
+  // Without its trainer node 0 waits, serving status and keep-alives; the
+  // others go on with each other (node 0 is a backup neighbour) up to the
+  // lead bound, then wait too.
+  const std::int64_t stuck = roundOf(cluster, 0);
+  REQUIRE(waitFor([&] { return roundOf(cluster, 1) >= stuck + 4; }, 30s));
+  CHECK(roundOf(cluster, 0) == stuck);
+  CHECK(roundOf(cluster, 1) <= stuck + 6);
+  CHECK(cluster.child(0).running());
+
+  Child again(trainerArgv(cluster, 0), cluster.path("again"));
+  for (std::size_t i = 0; i < 3; ++i) REQUIRE(cluster.child(i).wait(120s) == std::optional<int>(0));
+  const auto lines = linesOf(cluster.path("again"));
+  REQUIRE_FALSE(lines.empty());
+  CHECK(lines.front()["round"] == stuck);  // resumed at the node's round, its x
 }
