@@ -1,8 +1,11 @@
 """Launches consensusd clusters with zero compute and prints round efficiency
-against the ZeroMQ and mixing rates measured in the same run (scripts/bench-rounds)."""
+against the ZeroMQ and mixing rates measured in the same run, or beside MPI
+and gloo running the same exchange (--peers), or with trainers attached
+(--attach). Called by scripts/bench-rounds."""
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -13,6 +16,7 @@ WARMUP = 3
 SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = os.path.join(SOURCE, "python")
 ZERO_TRAINER = os.path.join(SOURCE, "tests", "bench", "zero_trainer.py")
+GLOO_EXCHANGE = os.path.join(SOURCE, "tests", "bench", "peers", "gloo_exchange.py")
 # (nodes P, degree d, generator arguments)
 SHAPES = [(4, 2, ["ring"]), (8, 2, ["ring"]), (8, 4, ["random-regular", "--degree", "4"])]
 
@@ -97,9 +101,14 @@ def main():
     parser.add_argument("--launches", type=int, default=3)
     parser.add_argument("--attach", action="store_true",
                         help="a zero-update trainer per daemon against model.kind: none")
+    parser.add_argument("--peers", action="store_true",
+                        help="MPI (TCP) and gloo running the same exchange, side by side")
+    parser.add_argument("--mpi", help="the compiled tests/bench/peers/mpi_exchange.c")
     args = parser.parse_args()
     if args.attach:
         return attachment(args)
+    if args.peers:
+        return peers(args)
     zmq, mix = baseline(args.baseline)
     print(f"{'P':>2} {'d':>2} {'model':>7} {'B_x GB/s':>9} {'B_m GB/s':>9} "
           f"{'T ms':>9} {'T_ref ms':>9} {'E':>6}")
@@ -113,6 +122,69 @@ def main():
             label = f"{size >> 20}M" if size >= 1 << 20 else f"{size >> 10}K"
             print(f"{nodes:>2} {degree:>2} {label:>7} {b_x / 1e9:9.2f} {b_m / 1e9:9.2f} "
                   f"{t * 1e3:9.2f} {t_ref * 1e3:9.2f} {t_ref / t:6.2f}", flush=True)
+
+
+def neighbour_file(run, topology):
+    """Each node's neighbours by index, one line per node, from the topology's edges."""
+    text = open(topology).read()
+    nodes = len(re.findall(r"\{id: n\d+", text))
+    neighbours = [[] for _ in range(nodes)]
+    for a, b in re.findall(r"\[n(\d+), n(\d+)\]", text.split("edges:", 1)[1]):
+        neighbours[int(a)].append(int(b))
+        neighbours[int(b)].append(int(a))
+    path = os.path.join(run, "neighbours.txt")
+    with open(path, "w") as f:
+        f.writelines(" ".join(map(str, sorted(n))) + "\n" for n in neighbours)
+    return path
+
+
+def peer_launch(args, shape, size, attempt, peer):
+    """One MPI or gloo run of the same exchange on the same graph: mean round ms."""
+    nodes, degree, gen = shape
+    run = os.path.join(args.work, f"{peer}-p{nodes}-d{degree}-{size}-{attempt}")
+    os.makedirs(run)
+    topology = os.path.join(run, "topology.yaml")
+    subprocess.run([os.path.join(args.bin, "consensusctl"), "topology", "gen", *gen, "--nodes",
+                    str(nodes), "-o", topology], check=True)
+    neighbours = neighbour_file(run, topology)
+    measured = 30 if size <= (1 << 20) else 10
+    common = [str(size), str(measured), str(WARMUP), neighbours]
+    if peer == "mpi":
+        argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(nodes),
+                "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", args.mpi, *common]
+        out = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=600).stdout
+        return float(out.split()[-1]) / 1e3
+    port = 29500 + attempt
+    ranks = [subprocess.Popen(["/usr/bin/python3", GLOO_EXCHANGE, str(r), str(nodes), str(port),
+                               *common], stdout=subprocess.PIPE, text=True)
+             for r in range(nodes)]
+    try:
+        out = ranks[0].communicate(timeout=600)[0]
+        for r in ranks[1:]:
+            r.wait(timeout=60)
+    finally:
+        for r in ranks:
+            if r.poll() is None:
+                r.kill()
+    return float(out.split()[-1]) / 1e3
+
+
+def peers(args):
+    """consensusd against MPI (TCP) and gloo on the same exchange, one run."""
+    print(f"{'P':>2} {'d':>2} {'model':>7} {'MPI-TCP ms':>11} {'gloo ms':>9} {'consensusd ms':>14} "
+          f"{'/ MPI':>6} {'/ gloo':>7}")
+    for size in map(parse_size, args.sizes.split(",")):
+        for shape in SHAPES:
+            nodes, degree, _ = shape
+            mpi, gloo, ours = [], [], []
+            for a in range(args.launches):  # interleaved: drifts in the machine hit all three
+                mpi.append(peer_launch(args, shape, size, a, "mpi"))
+                gloo.append(peer_launch(args, shape, size, a, "gloo"))
+                ours.append(launch(args, shape, size, a))
+            t_mpi, t_gloo, t = (statistics.median(v) for v in (mpi, gloo, ours))
+            label = f"{size >> 20}M" if size >= 1 << 20 else f"{size >> 10}K"
+            print(f"{nodes:>2} {degree:>2} {label:>7} {t_mpi * 1e3:11.2f} {t_gloo * 1e3:9.2f} "
+                  f"{t * 1e3:14.2f} {t / t_mpi:6.2f} {t / t_gloo:7.2f}", flush=True)
 
 
 def attachment(args):
