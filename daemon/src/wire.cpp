@@ -11,6 +11,8 @@
 namespace consensusd::wire {
 namespace {
 
+constexpr std::uint32_t kCrc32cPoly = 0x82F63B78u;  // CRC-32C (Castagnoli), bit-reflected
+
 template <class T>
 void put(std::array<std::byte, kHeaderSize>& out, std::size_t at, T value) {
   using U = std::make_unsigned_t<T>;
@@ -70,7 +72,7 @@ std::uint32_t crc32cPortable(std::uint32_t crc, const unsigned char* at, std::si
     std::array<std::uint32_t, 256> t{};
     for (std::uint32_t i = 0; i < 256; ++i) {
       std::uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1u) != 0 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      for (int k = 0; k < 8; ++k) c = (c & 1u) != 0 ? (c >> 1) ^ kCrc32cPoly : c >> 1;
       t[i] = c;
     }
     return t;
@@ -81,19 +83,77 @@ std::uint32_t crc32cPortable(std::uint32_t crc, const unsigned char* at, std::si
 
 namespace {
 
+// a * b modulo the CRC polynomial, bit-reflected (x^0 is the top bit), as
+// zlib's crc32_combine does it.
+std::uint32_t multiplyModP(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t product = 0;
+  for (std::uint32_t m = 1u << 31; m != 0; m >>= 1) {
+    if ((a & m) != 0) product ^= b;
+    b = (b & 1u) != 0 ? (b >> 1) ^ kCrc32cPoly : b >> 1;
+  }
+  return product;
+}
+
+// x^(8 * bytes) modulo the polynomial: multiplying a CRC register by it runs
+// `bytes` zero bytes through it.
+std::uint32_t zeroBytesOperator(std::size_t bytes) {
+  std::uint32_t result = 1u << 31;  // 1
+  std::uint32_t power = 1u << 23;   // x^8: one byte
+  for (; bytes != 0; bytes >>= 1) {
+    if ((bytes & 1u) != 0) result = multiplyModP(power, result);
+    power = multiplyModP(power, power);
+  }
+  return result;
+}
+
 #if defined(__x86_64__)
-// SSE4.2's crc32 instruction: 8 bytes per step, several GB/s on one core.
-__attribute__((target("sse4.2"))) std::uint32_t crc32cHardware(std::uint32_t crc,
-                                                               const unsigned char* at,
-                                                               std::size_t bytes) {
-  std::uint64_t c = crc;
-  for (; bytes >= 8; bytes -= 8, at += 8) {
+__attribute__((target("sse4.2"))) std::uint64_t crc32cWords(std::uint64_t c,
+                                                            const unsigned char* at,
+                                                            std::size_t words) {
+  for (; words > 0; --words, at += 8) {
     std::uint64_t word = 0;
     std::memcpy(&word, at, 8);
     c = _mm_crc32_u64(c, word);
   }
+  return c;
+}
+
+// SSE4.2's crc32 instruction: 8 bytes per step. It has a 3-cycle latency and
+// a 1-cycle throughput, so three independent streams over the three thirds of
+// a large payload run about three times as fast as one; their CRCs are then
+// combined (CRC(A B) = CRC(A) shifted over |B| zero bytes, xor CRC of B from 0).
+__attribute__((target("sse4.2"))) std::uint32_t crc32cHardware(std::uint32_t crc,
+                                                               const unsigned char* at,
+                                                               std::size_t bytes) {
+  std::uint64_t c = crc;
+  constexpr std::size_t kThreeStreamsFrom = 3 * 4096;  // below: the combine costs more
+  if (bytes >= kThreeStreamsFrom) {
+    const std::size_t words = bytes / 24;  // per stream
+    const unsigned char* b = at + 8 * words;
+    const unsigned char* d = b + 8 * words;
+    std::uint64_t c1 = 0;
+    std::uint64_t c2 = 0;
+    for (std::size_t i = 0; i < words; ++i, at += 8, b += 8, d += 8) {
+      std::uint64_t w0 = 0;
+      std::uint64_t w1 = 0;
+      std::uint64_t w2 = 0;
+      std::memcpy(&w0, at, 8);
+      std::memcpy(&w1, b, 8);
+      std::memcpy(&w2, d, 8);
+      c = _mm_crc32_u64(c, w0);
+      c1 = _mm_crc32_u64(c1, w1);
+      c2 = _mm_crc32_u64(c2, w2);
+    }
+    const std::uint32_t shift = zeroBytesOperator(8 * words);
+    c = multiplyModP(shift, static_cast<std::uint32_t>(c)) ^ static_cast<std::uint32_t>(c1);
+    c = multiplyModP(shift, static_cast<std::uint32_t>(c)) ^ static_cast<std::uint32_t>(c2);
+    at = d;
+    bytes -= 24 * words;
+  }
+  c = crc32cWords(c, at, bytes / 8);
+  at += bytes / 8 * 8;
   auto rest = static_cast<std::uint32_t>(c);
-  for (; bytes > 0; --bytes, ++at) rest = _mm_crc32_u8(rest, *at);
+  for (bytes %= 8; bytes > 0; --bytes, ++at) rest = _mm_crc32_u8(rest, *at);
   return rest;
 }
 #endif

@@ -139,9 +139,15 @@ TEST_CASE("non-finite values are caught wherever they sit, float64 and misaligne
 TEST_CASE("checksum is CRC-32C, the same with and without SSE4.2") {
   const std::string check = "123456789";
   CHECK(wire::checksum(check.data(), check.size()) == 0xE3069283u);  // the standard check value
-  std::vector<unsigned char> bytes(1003);
-  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<unsigned char>(i * 131 + 7);
-  for (const std::size_t size : {std::size_t{0}, std::size_t{1}, std::size_t{8}, bytes.size()}) {
+  // Large payloads run three streams and combine them: sizes around that
+  // threshold (12,288 bytes) and every remainder modulo 24.
+  std::vector<unsigned char> bytes(100003);
+  for (std::size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
+  for (const std::size_t size :
+       {std::size_t{0}, std::size_t{1}, std::size_t{8}, std::size_t{1003}, std::size_t{12287},
+        std::size_t{12288}, std::size_t{12289}, std::size_t{12311}, std::size_t{65536},
+        std::size_t{99999}, bytes.size()}) {
     CAPTURE(size);
     CHECK(wire::checksum(bytes.data(), size) == ~wire::crc32cPortable(~0u, bytes.data(), size));
   }
