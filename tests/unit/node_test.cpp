@@ -140,7 +140,7 @@ TEST_CASE("checksum is CRC-32C, the same with and without SSE4.2") {
   const std::string check = "123456789";
   CHECK(wire::checksum(check.data(), check.size()) == 0xE3069283u);  // the standard check value
   // Large payloads run three streams and combine them: sizes around that
-  // threshold (12,288 bytes) and every remainder modulo 24.
+  // threshold (12,288 bytes), with and without a remainder.
   std::vector<unsigned char> bytes(100003);
   for (std::size_t i = 0; i < bytes.size(); ++i)
     bytes[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
