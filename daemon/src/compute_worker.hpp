@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -40,7 +41,7 @@ class ComputeWorker {
   using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
   struct Job {
     std::int64_t round = 0;
-    Vector params;
+    std::shared_ptr<const Vector> params;  // the round's published snapshot, read only
     bool evaluate = false;
   };
   struct Result {
@@ -90,12 +91,12 @@ class ComputeWorker {
     return params;
   }
 
-  void submit(std::int64_t round, const Vector& params, bool evaluate) {
+  void submit(std::int64_t round, std::shared_ptr<const Vector> params, bool evaluate) {
     {
       const std::lock_guard lock(mutex_);
       job_.emplace();
       job_->round = round;
-      job_->params = params;
+      job_->params = std::move(params);
       job_->evaluate = evaluate;
     }
     wake_.notify_all();
@@ -123,14 +124,15 @@ class ComputeWorker {
       const Clock::time_point start = Clock::now();
       Result result;
       result.round = job.round;
-      result.gradient.setZero(job.params.size());
+      const Vector& params = *job.params;
+      result.gradient.setZero(params.size());
       try {
         if (job.round == failAtRound_) throw std::logic_error("failpoint compute-throw");
         if (model_) {
           data::gather(share_, sampler_.next(), batch_);
           result.loss = static_cast<double>(
-              model_->lossAndGradient(job.params, batch_, result.gradient, &result.stats));
-          if (job.evaluate) result.evaluation = model_->evaluate(job.params, data_.test);
+              model_->lossAndGradient(params, batch_, result.gradient, &result.stats));
+          if (job.evaluate) result.evaluation = model_->evaluate(params, data_.test);
         }
       } catch (...) {  // no exception leaves this thread (STYLE.md, errors)
         result.failure = std::current_exception();

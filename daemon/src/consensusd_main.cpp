@@ -1,5 +1,6 @@
 // consensusd: one node of a decentralized training cluster (DESIGN.md §1-2).
 
+#include <malloc.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
@@ -30,8 +31,19 @@ int blockStopSignals() {
   return ::signalfd(-1, &stop, SFD_CLOEXEC | SFD_NONBLOCK);
 }
 
+// Model-sized buffers (each received estimate, each round's snapshot) come
+// and go every round. glibc maps blocks from 128 KiB with mmap and returns
+// them on free, so every round faulted its pages in afresh (zeroed by the
+// kernel); kept in the heap up to glibc's largest threshold (32 MiB), freed
+// blocks are reused warm.
+void keepLargeBuffersWarm() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+}
+
 int runDaemon(const consensusd::config::LoadedConfig& loaded) {
   const auto& cfg = loaded.config;
+  keepLargeBuffersWarm();
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e " + cfg.node.id + " %^%l%$ %v");
   spdlog::set_level(spdlog::level::from_str(cfg.log.level));
   const int signalFd = blockStopSignals();

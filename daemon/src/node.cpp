@@ -191,11 +191,13 @@ class Runner {
     if (velocity.size() > 0 && cfg_.train.momentum > 0) engine_->restoreVelocity(velocity);
   }
 
-  // The round's parameters, copied once and shared by every send.
-  void publish(std::int64_t round, const Vector& params) {
+  // The round's parameters, copied once and shared by every send and the
+  // compute job (which only reads them).
+  std::shared_ptr<const Vector> publish(std::int64_t round, const Vector& params) {
     auto payload = std::make_shared<const Vector>(params);
     const std::span<const std::byte> bytes = bytesOf(*payload);
-    transport_->publish(round, std::move(payload), bytes, now());
+    transport_->publish(round, payload, bytes, now());
+    return payload;
   }
 
   void receive() {
@@ -298,13 +300,13 @@ class Runner {
   }
   bool mayStart() const { return !paused_ && !stopping_ && !awaitingTrainerInit_; }
   void started(std::int64_t round, const Vector& params) {
-    publish(round, params);
+    auto snapshot = publish(round, params);
     if (trainer_) {
       trainer_->publish(round, bytesOf(params));
       return;
     }
     const std::int64_t every = cfg_.train.evalEveryRounds;
-    worker_->submit(round, params, every > 0 && round % every == 0);
+    worker_->submit(round, std::move(snapshot), every > 0 && round % every == 0);
   }
 
  private:
