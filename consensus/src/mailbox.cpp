@@ -6,13 +6,18 @@ namespace consensusd::consensus {
 
 template <class Scalar>
 Mailbox<Scalar>::Mailbox(std::size_t depth, std::size_t dimension)
-    : slots_(std::max<std::size_t>(depth, 1)) {
-  for (Entry& slot : slots_) slot.values.resize(static_cast<Eigen::Index>(dimension));
+    : dimension_(dimension), slots_(std::max<std::size_t>(depth, 1)) {}
+
+template <class Scalar>
+void Mailbox<Scalar>::clear(Entry& entry) {
+  entry.round = -1;
+  entry.values = nullptr;
+  entry.owner.reset();  // a received message goes back now, not when the slot is reused
 }
 
 template <class Scalar>
 Receipt Mailbox<Scalar>::store(std::int64_t round, const Scalar* values, Time arrival,
-                               std::int64_t oldestUseful) {
+                               std::int64_t oldestUseful, std::shared_ptr<const void> owner) {
   if (round < oldestUseful) return Receipt::Stale;
   Entry* target = nullptr;
   for (Entry& slot : slots_) {
@@ -22,7 +27,15 @@ Receipt Mailbox<Scalar>::store(std::int64_t round, const Scalar* values, Time ar
   if (target->round > round) return Receipt::Superseded;
   target->round = round;
   target->arrival = arrival;
-  std::copy(values, values + target->values.size(), target->values.data());
+  if (owner) {
+    target->values = values;
+    target->owner = std::move(owner);
+  } else {
+    target->storage.resize(static_cast<Eigen::Index>(dimension_));  // once: then reused
+    std::copy(values, values + dimension_, target->storage.data());
+    target->values = target->storage.data();
+    target->owner.reset();
+  }
   return Receipt::Stored;
 }
 
@@ -46,14 +59,14 @@ const typename Mailbox<Scalar>::Entry* Mailbox<Scalar>::exact(std::int64_t round
 template <class Scalar>
 void Mailbox<Scalar>::discardBefore(std::int64_t round) {
   for (Entry& slot : slots_) {
-    if (slot.round >= 0 && slot.round < round) slot.round = -1;
+    if (slot.round >= 0 && slot.round < round) clear(slot);
   }
 }
 
 template <class Scalar>
 void Mailbox<Scalar>::discardAfter(std::int64_t round) {
   for (Entry& slot : slots_) {
-    if (slot.round > round) slot.round = -1;
+    if (slot.round > round) clear(slot);
   }
 }
 

@@ -203,12 +203,12 @@ std::optional<typename RoundEngine<Scalar>::Start> RoundEngine<Scalar>::tryStart
 
 template <class Scalar>
 Receipt RoundEngine<Scalar>::onEstimate(std::size_t node, std::int64_t round, const Scalar* values,
-                                        Time now) {
+                                        Time now, std::shared_ptr<const void> owner) {
   const auto admitted = admit(node, round, now);
   if (const auto* refused = std::get_if<Receipt>(&admitted)) return *refused;
   const std::size_t index = std::get<std::size_t>(admitted);
   Slot& slot = slots_[index];
-  const Receipt receipt = slot.mailbox.store(round, values, now, oldestUseful());
+  const Receipt receipt = slot.mailbox.store(round, values, now, oldestUseful(), std::move(owner));
   if (receipt == Receipt::Stored || receipt == Receipt::Stale) {
     // Too old to mix or not, it completes the record of the rounds it was due
     // in: a neighbour a round behind is late, not absent.
@@ -425,7 +425,7 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
       const auto it = slot.decisions.find(round_);
       if (it == slot.decisions.end() || !it->second) continue;
     }
-    inputs.push_back({entry->values.data(), slot.weight});
+    inputs.push_back({entry->values, slot.weight});
     record.responders.push_back(slot.node);
     ++slot.counters.mixed;
   }

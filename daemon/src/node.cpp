@@ -219,9 +219,10 @@ class Runner {
         if (reinterpret_cast<std::uintptr_t>(values) % alignof(Scalar) != 0) {
           aligned_.resize(static_cast<Eigen::Index>(dimension_));
           std::memcpy(aligned_.data(), payload.data(), payload.size());
-          values = aligned_.data();
+          return engine_->onEstimate(message.from, h.round, aligned_.data(), now());  // copied
         }
-        return engine_->onEstimate(message.from, h.round, values, now());
+        // Kept in place: the mailbox holds the received message, no copy.
+        return engine_->onEstimate(message.from, h.round, values, now(), message.payload);
       }
       case wire::Kind::Decision:
         return engine_->onDecision(message.from, h.round, h.flags == 1, now());

@@ -310,7 +310,7 @@ std::optional<std::variant<Inbound, Rejected>> Transport::receive() {
   if (const auto why = wire::validate(h, payload, options_.expect))
     return reject(from, *why,
                   *why == wire::Reject::Topology ? "their topology hash differs from ours" : "");
-  return Inbound{*from, h, std::move(frames[2])};
+  return Inbound{*from, h, std::make_shared<const zmq::message_t>(std::move(frames[2]))};
 }
 
 void Transport::settle(const Inbound& message, consensus::Receipt receipt, Time now) {

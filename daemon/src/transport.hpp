@@ -67,9 +67,11 @@ const char* toString(Discard discard);
 struct Inbound {
   std::size_t from = 0;  // topology index of the in-neighbour
   wire::Header header;
-  zmq::message_t payload;  // checked against the header (length, checksum, finite)
+  // Checked against the header (length, checksum, finite); shared, so the
+  // engine's mailbox can keep the estimate where ZeroMQ received it.
+  std::shared_ptr<const zmq::message_t> payload;
   std::span<const std::byte> bytes() const {
-    return {static_cast<const std::byte*>(payload.data()), payload.size()};
+    return {static_cast<const std::byte*>(payload->data()), payload->size()};
   }
 };
 

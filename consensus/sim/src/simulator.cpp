@@ -107,7 +107,8 @@ class Simulation {
           node.engine->onGradient(event.round, node.gradient, node.loss, node.stats, event.at);
           break;
         case EventKind::Estimate:
-          node.engine->onEstimate(event.from, event.round, event.payload->data(), event.at);
+          node.engine->onEstimate(event.from, event.round, event.payload->data(), event.at,
+                                  event.payload);  // shared by every receiver, not copied
           break;
         case EventKind::Decision:
           node.engine->onDecision(event.from, event.round, event.used, event.at);

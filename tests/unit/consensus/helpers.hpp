@@ -14,6 +14,7 @@
 
 #include "consensusd/consensus/driver.hpp"
 #include "consensusd/consensus/estimators.hpp"
+#include "consensusd/consensus/mailbox.hpp"
 #include "consensusd/consensus/mixing.hpp"
 #include "consensusd/consensus/round_engine.hpp"
 #include "consensusd/consensus/straggler.hpp"

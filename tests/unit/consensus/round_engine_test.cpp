@@ -226,3 +226,21 @@ TEST_CASE("a delta with its gradient: applied as given, its step size is the tra
   CHECK(plain->learningRate == doctest::Approx(0.01));
   CHECK((hub.engine.params() - (x + g)).norm() == doctest::Approx(0.0));
 }
+
+TEST_CASE("the mailbox keeps an owned estimate in place and copies one without an owner") {
+  Mailbox<double> mailbox(2, 3);
+  auto received = std::make_shared<Eigen::VectorXd>(Eigen::Vector3d(1.0, 2.0, 3.0));
+  CHECK(mailbox.store(4, received->data(), ms(0), 0, received) == Receipt::Stored);
+  CHECK(mailbox.exact(4)->values == received->data());  // no copy
+  CHECK(received.use_count() == 2);
+
+  Eigen::VectorXd scratch = Eigen::Vector3d(7.0, 8.0, 9.0);
+  CHECK(mailbox.store(5, scratch.data(), ms(1), 0) == Receipt::Stored);
+  scratch.setZero();  // the caller's buffer is reused at once: the entry kept its own copy
+  CHECK(mailbox.exact(5)->values[1] == 8.0);
+  CHECK(mailbox.store(5, scratch.data(), ms(1), 0) == Receipt::Duplicate);
+
+  mailbox.discardBefore(5);  // the message goes back when its entry is dropped
+  CHECK(mailbox.exact(4) == nullptr);
+  CHECK(received.use_count() == 1);
+}

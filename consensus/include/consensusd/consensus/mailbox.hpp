@@ -1,11 +1,13 @@
 #pragma once
 // What a node has received from one neighbour: a short ring of its recent
-// estimates (round, arrival time, vector), allocated once and reused, so
-// memory stays bounded at depth x dimension per neighbour whatever the peer
-// sends.
+// estimates (round, arrival time, values), so memory stays bounded at depth
+// x dimension per neighbour whatever the peer sends. An estimate whose
+// buffer comes with an owner (the received message) is kept in place, not
+// copied; one without is copied into the entry's own storage.
 
 #include <Eigen/Core>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -25,14 +27,18 @@ class Mailbox {
   struct Entry {
     std::int64_t round = -1;  // -1: empty slot
     Time arrival{};
-    Vector values;
+    const Scalar* values = nullptr;     // dimension values: in `owner`'s buffer, or `storage`
+    std::shared_ptr<const void> owner;  // keeps a buffer held in place alive
+    Vector storage;                     // a copied estimate
   };
 
   Mailbox(std::size_t depth, std::size_t dimension);
 
   // Keeps (round, values) unless it is a duplicate, older than `oldestUseful`
-  // (stale), or older than everything the ring holds (superseded).
-  Receipt store(std::int64_t round, const Scalar* values, Time arrival, std::int64_t oldestUseful);
+  // (stale), or older than everything the ring holds (superseded). With an
+  // `owner`, the values stay where they are while the entry holds it.
+  Receipt store(std::int64_t round, const Scalar* values, Time arrival, std::int64_t oldestUseful,
+                std::shared_ptr<const void> owner = {});
 
   // Newest entry, if any.
   const Entry* newest() const;
@@ -45,6 +51,9 @@ class Mailbox {
   void discardAfter(std::int64_t round);
 
  private:
+  static void clear(Entry& entry);
+
+  std::size_t dimension_;
   std::vector<Entry> slots_;
 };
 

@@ -95,7 +95,9 @@ class RoundEngine {
   std::optional<Start> tryStart(Time now);
   // Every message's round is checked against the sender's horizon first
   // (plausibleRound): beyond it, `Implausible`, and nothing changes.
-  Receipt onEstimate(std::size_t node, std::int64_t round, const Scalar* values, Time now);
+  // `owner` keeps `values` alive: the mailbox then holds them in place (no copy).
+  Receipt onEstimate(std::size_t node, std::int64_t round, const Scalar* values, Time now,
+                     std::shared_ptr<const void> owner = {});
   void onGradient(std::int64_t round, const Eigen::Ref<const Vector>& gradient, double loss,
                   const data::GradientStats& stats, Time now,
                   UpdateKind kind = UpdateKind::Gradient);
