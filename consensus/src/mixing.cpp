@@ -28,9 +28,10 @@ double renormalizeScale(double selfWeight, double present) {
 
 template <class Scalar>
 void fusedMix(const Scalar* self, double selfWeight, const std::vector<MixInput>& inputs,
-              Scalar* out, std::size_t dimension) {
+              Scalar* out, std::size_t dimension, const MixExtras<Scalar>& extras) {
   using Segment = Eigen::Map<Eigen::Array<Scalar, Eigen::Dynamic, 1>>;
   using ConstSegment = Eigen::Map<const Eigen::Array<Scalar, Eigen::Dynamic, 1>>;
+  double distanceSq = 0;
   for (std::size_t begin = 0; begin < dimension; begin += kBlock) {
     const auto n = static_cast<Eigen::Index>(std::min(kBlock, dimension - begin));
     Segment block(out + begin, n);
@@ -39,7 +40,11 @@ void fusedMix(const Scalar* self, double selfWeight, const std::vector<MixInput>
       block += static_cast<Scalar>(input.weight) *
                ConstSegment(static_cast<const Scalar*>(input.values) + begin, n);
     }
+    if (extras.distanceSq != nullptr)
+      distanceSq += static_cast<double>((block - ConstSegment(self + begin, n)).square().sum());
+    if (extras.step != nullptr) block += extras.stepScale * ConstSegment(extras.step + begin, n);
   }
+  if (extras.distanceSq != nullptr) *extras.distanceSq = distanceSq;
 }
 
 template <class Scalar>
@@ -119,8 +124,8 @@ template void trimmedMean<float>(const float*, const std::vector<MixInput>&, std
 template void trimmedMean<double>(const double*, const std::vector<MixInput>&, std::size_t, double*,
                                   std::size_t);
 template void fusedMix<float>(const float*, double, const std::vector<MixInput>&, float*,
-                              std::size_t);
+                              std::size_t, const MixExtras<float>&);
 template void fusedMix<double>(const double*, double, const std::vector<MixInput>&, double*,
-                               std::size_t);
+                               std::size_t, const MixExtras<double>&);
 
 }  // namespace consensusd::consensus

@@ -1,6 +1,7 @@
 #include "consensusd/consensus/round_engine.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 
@@ -430,22 +431,37 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     ++slot.counters.mixed;
   }
   const auto dimension = static_cast<std::size_t>(params_.size());
-  if (options_.robust == Robust::TrimmedMean) {
-    record.selfWeight = 1.0 / static_cast<double>(inputs.size() + 1);  // nominal: unweighted
-    trimmedMean(params_.data(), inputs, options_.trim, mixed_.data(), dimension);
-  } else {
-    if (options_.mixMode == MixMode::Renormalize) renormalizeWeights(inputs, topologySelfWeight_);
-    if (options_.robust == Robust::Clip)
-      clipWeights(params_.data(), inputs, options_.clipRadius, dimension);
-    record.selfWeight = absorbSelfWeight(inputs);
-    fusedMix(params_.data(), record.selfWeight, inputs, mixed_.data(), dimension);
-  }
-  record.consensusDistance = static_cast<double>((params_ - mixed_).norm());
   // The gradient at x_k: the update itself, or a delta's probe; none for a
   // delta alone (the dynamic rule then has no gradient statistics).
   const bool isGradient = updateKind_ == UpdateKind::Gradient;
   Vector* const g = isGradient ? &gradient_ : haveProbe_ ? &probe_ : nullptr;
   record.learningRate = schedule_.at(round_);
+  record.gradientApplied = round_ >= mixRound - options_.staleness;
+  // The step goes into the mix's pass unless something must see the mix
+  // before it (the heterogeneity term) or it needs the momentum's velocity.
+  const bool heterogeneity = g != nullptr && options_.policy.kind == PolicyKind::Dynamic &&
+                             options_.policy.heterogeneityTerm;
+  bool stepped = false;
+  if (options_.robust == Robust::TrimmedMean) {
+    record.selfWeight = 1.0 / static_cast<double>(inputs.size() + 1);  // nominal: unweighted
+    trimmedMean(params_.data(), inputs, options_.trim, mixed_.data(), dimension);
+    record.consensusDistance = static_cast<double>((params_ - mixed_).norm());
+  } else {
+    if (options_.mixMode == MixMode::Renormalize) renormalizeWeights(inputs, topologySelfWeight_);
+    if (options_.robust == Robust::Clip)
+      clipWeights(params_.data(), inputs, options_.clipRadius, dimension);
+    record.selfWeight = absorbSelfWeight(inputs);
+    double distanceSq = 0;
+    MixExtras<Scalar> extras;
+    extras.distanceSq = &distanceSq;
+    stepped = record.gradientApplied && !heterogeneity && !(isGradient && sgd_.hasMomentum());
+    if (stepped) {  // x - eta g and x + (-eta) g are the same floats
+      extras.step = gradient_.data();
+      extras.stepScale = isGradient ? -static_cast<Scalar>(record.learningRate) : Scalar(1);
+    }
+    fusedMix(params_.data(), record.selfWeight, inputs, mixed_.data(), dimension, extras);
+    record.consensusDistance = std::sqrt(distanceSq);
+  }
   if (!isGradient && g != nullptr) {
     // The trainer's step along -g: what eta an SGD step of the same
     // progress would have taken (Adam's, momentum's, anything's).
@@ -478,8 +494,7 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   gradients_.record(stats_.gradNormSq, stats_.sampleVariance);
   previousEta_ = record.learningRate;
   previousVariance_ = stats_.sampleVariance;
-  record.gradientApplied = round_ >= mixRound - options_.staleness;
-  if (record.gradientApplied) {
+  if (record.gradientApplied && !stepped) {
     if (isGradient) {
       sgd_.step(mixed_, gradient_, record.learningRate);
     } else {

@@ -83,6 +83,24 @@ TEST_CASE("the fused mix computes the weighted sum in one pass") {
                             0.3 * double{inputs[1][i]} + 0.1 * double{inputs[2][i]};
     CHECK(out[i] == doctest::Approx(expected).epsilon(1e-5));
   }
+  // In the same pass: the distance from self, then a step (bit for bit the
+  // separate passes' result: the engine relies on it).
+  std::vector<float> step(n);
+  std::generate(step.begin(), step.end(), [&] { return normal(rng); });
+  double distanceSq = 0;
+  MixExtras<float> extras;
+  extras.distanceSq = &distanceSq;
+  extras.step = step.data();
+  extras.stepScale = -0.05f;
+  std::vector<float> stepped(n);
+  fusedMix(self.data(), 0.4, terms, stepped.data(), n, extras);
+  double expectedSq = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    expectedSq += (double{out[i]} - double{self[i]}) * (double{out[i]} - double{self[i]});
+    CHECK(stepped[i] == out[i] - 0.05f * step[i]);
+  }
+  CHECK(distanceSq == doctest::Approx(expectedSq).epsilon(1e-5));
+
   fusedMix(self.data(), 0.4, terms, self.data(), n);  // in place
   CHECK(self[0] == out[0]);
 }

@@ -27,12 +27,21 @@ void renormalizeWeights(std::vector<MixInput>& inputs, double selfWeight);
 // (1 when nothing is in).
 double renormalizeScale(double selfWeight, double present);
 
+// What fusedMix can do in the same pass, block by block while the mix is in
+// cache: the squared distance ||self - mix||^2, then a step out += scale * step.
+template <class Scalar>
+struct MixExtras {
+  double* distanceSq = nullptr;
+  const Scalar* step = nullptr;
+  Scalar stepScale = 0;
+};
+
 // out = selfWeight * self + sum_k w_k x_k in one cache-blocked pass (the
 // memory traffic of one read of each input and one write), `out` may alias
-// `self`.
+// `self` (then without a distance).
 template <class Scalar>
 void fusedMix(const Scalar* self, double selfWeight, const std::vector<MixInput>& inputs,
-              Scalar* out, std::size_t dimension);
+              Scalar* out, std::size_t dimension, const MixExtras<Scalar>& extras = {});
 
 // Self-centred clipping: scales each weight by min(1, radius / ||x_k - self||),
 // so x_hat = self + sum_k w_k clip(x_k - self) and no neighbour moves us by

@@ -48,6 +48,7 @@ class Sgd {
     x.noalias() -= static_cast<Scalar>(eta) * velocity_;
   }
 
+  bool hasMomentum() const { return momentum_ != 0.0; }
   const Vector& velocity() const { return velocity_; }
   // Restores the velocity of a checkpoint (same dimension).
   void setVelocity(const Eigen::Ref<const Vector>& velocity) { velocity_ = velocity; }
