@@ -35,8 +35,11 @@ int blockStopSignals() {
 // and go every round. glibc maps blocks from 128 KiB with mmap and returns
 // them on free, so every round faulted its pages in afresh (zeroed by the
 // kernel); kept in the heap up to glibc's largest threshold (32 MiB), freed
-// blocks are reused warm.
+// blocks are reused warm. One arena: ZeroMQ's I/O thread allocates the
+// messages the engine thread frees, and a thread's own arena (64 MiB heaps,
+// shrunk when free) would give their pages back each round too.
 void keepLargeBuffersWarm() {
+  mallopt(M_ARENA_MAX, 1);
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
 }
