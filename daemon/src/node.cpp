@@ -569,18 +569,20 @@ class Runner {
 
 int runNode(const config::LoadedConfig& loaded, StatusBoard& board, int signalFd, int wakeFd) {
   ServiceNotifier service;
-  std::unique_ptr<TrainerEndpoint> trainer;
+  const auto run = [&](const config::LoadedConfig& config,
+                       std::unique_ptr<TrainerEndpoint> trainer) {
+    if (config::usesFloat64(config.config))
+      return Runner<double>(config, board, signalFd, wakeFd, service, std::move(trainer)).run();
+    return Runner<float>(config, board, signalFd, wakeFd, service, std::move(trainer)).run();
+  };
+  if (!config::shapeFromTrainer(loaded.config)) return run(loaded, nullptr);
+  std::unique_ptr<TrainerEndpoint> trainer = awaitTrainerShape(loaded, signalFd, service);
+  if (!trainer) return 0;  // stopped while waiting
+  const TrainerShape shape = *trainer->shape();
   config::LoadedConfig shaped = loaded;
-  if (config::shapeFromTrainer(loaded.config)) {
-    trainer = awaitTrainerShape(loaded, signalFd, service);
-    if (!trainer) return 0;  // stopped while waiting
-    const TrainerShape shape = *trainer->shape();
-    shaped.config.model.dimension = static_cast<std::int64_t>(shape.dimension);
-    shaped.config.model.dtype = shape.dtype == wire::Dtype::Float64 ? config::kFloat64 : "float32";
-  }
-  if (config::usesFloat64(shaped.config))
-    return Runner<double>(shaped, board, signalFd, wakeFd, service, std::move(trainer)).run();
-  return Runner<float>(shaped, board, signalFd, wakeFd, service, std::move(trainer)).run();
+  shaped.config.model.dimension = static_cast<std::int64_t>(shape.dimension);
+  shaped.config.model.dtype = shape.dtype == wire::Dtype::Float64 ? config::kFloat64 : "float32";
+  return run(shaped, std::move(trainer));
 }
 
 }  // namespace consensusd::daemon

@@ -155,18 +155,10 @@ class Node:
     def _submit(self, index, update, loss, kind, accuracy, test_loss, gradient=None,
                 grad_variance=None):
         if update is not None:
-            update = np.asarray(update).reshape(-1)
-            if update.size != self.dimension:
-                raise ValueError("update has %d values, the node trains %d" %
-                                 (update.size, self.dimension))
-            self._update[:] = update
+            self._update[:] = self._flat(update, "update")
         message = {"type": "update", "round": int(index), "kind": kind, "loss": float(loss)}
         if gradient is not None:
-            gradient = np.asarray(gradient).reshape(-1)
-            if gradient.size != self.dimension:
-                raise ValueError("gradient has %d values, the node trains %d" %
-                                 (gradient.size, self.dimension))
-            self._gradient[:] = gradient
+            self._gradient[:] = self._flat(gradient, "gradient")
             message["gradient"] = True
         if grad_variance is not None:
             message["grad_variance"] = float(grad_variance)
@@ -180,6 +172,14 @@ class Node:
             if not self._reconnect:
                 raise
             # The round is lost with the daemon; rounds() attaches again.
+
+    def _flat(self, values, name):
+        """`values` as one flat vector of the node's dimension."""
+        values = np.asarray(values).reshape(-1)
+        if values.size != self.dimension:
+            raise ValueError("%s has %d values, the node trains %d" %
+                             (name, values.size, self.dimension))
+        return values
 
     def _detach(self):
         self._params = self._update = self._gradient = None

@@ -73,6 +73,18 @@ json trainerStatus(const Cluster& cluster, std::size_t i) {
   return status.value("trainer", json::object());
 }
 
+// A quadratic.py trainer for each node once its daemon answers; node i's
+// lines go to the file "trainer<i>".
+std::vector<std::unique_ptr<Child>> attachQuadraticTrainers(const Cluster& cluster) {
+  std::vector<std::unique_ptr<Child>> trainers;
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    REQUIRE(waitFor([&] { return answers(cluster, i); }, 30s));
+    trainers.push_back(std::make_unique<Child>(trainerArgv(cluster, i),
+                                               cluster.path("trainer" + std::to_string(i))));
+  }
+  return trainers;
+}
+
 }  // namespace
 
 TEST_CASE("external trainers: a ring of three trains to the network's optimum") {
@@ -82,12 +94,7 @@ TEST_CASE("external trainers: a ring of three trains to the network's optimum") 
   overrides.push_back("consensus.policy=all");
   Cluster cluster(3, overrides);
   cluster.startAll();
-  std::vector<std::unique_ptr<Child>> trainers;
-  for (std::size_t i = 0; i < 3; ++i) {
-    REQUIRE(waitFor([&] { return answers(cluster, i); }, 30s));
-    trainers.push_back(std::make_unique<Child>(trainerArgv(cluster, i),
-                                               cluster.path("trainer" + std::to_string(i))));
-  }
+  const auto trainers = attachQuadraticTrainers(cluster);
   REQUIRE(waitFor([&] { return trainerStatus(cluster, 0).value("updates", 0) > 20; }, 60s));
   const json t = trainerStatus(cluster, 0);
   CHECK(t["attached"] == true);
@@ -302,12 +309,7 @@ TEST_CASE("external trainers: a trainer killed mid-run leaves its node up, a new
   overrides.push_back("consensus.max_lead=5");
   Cluster cluster(3, overrides);
   cluster.startAll();
-  std::vector<std::unique_ptr<Child>> trainers;
-  for (std::size_t i = 0; i < 3; ++i) {
-    REQUIRE(waitFor([&] { return answers(cluster, i); }, 30s));
-    trainers.push_back(std::make_unique<Child>(trainerArgv(cluster, i),
-                                               cluster.path("trainer" + std::to_string(i))));
-  }
+  const auto trainers = attachQuadraticTrainers(cluster);
   REQUIRE(waitFor([&] { return roundOf(cluster, 0) > 20; }, 60s));
   trainers[0]->signal(SIGKILL);
   REQUIRE(trainers[0]->wait(10s).has_value());
