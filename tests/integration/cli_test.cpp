@@ -309,7 +309,16 @@ TEST_CASE("consensusctl simulate: a CSV per policy and seed, and the summary tab
   std::ifstream summary(dir.path() + "/out/summary.csv");
   std::string header;
   std::getline(summary, header);
-  CHECK(header.rfind("policy,seeds_reached", 0) == 0);
+  CHECK(header ==
+        "policy,seeds_reached,median_first_s,median_smoothed_s,speedup_vs_all,vs_best_static,"
+        "smoothed_range_s");
+  // The spread over seeds: each policy's row ends with "lo-hi" (or "-" when no seed got there).
+  std::string row;
+  while (std::getline(summary, row)) {
+    CAPTURE(row);
+    const std::string spread = row.substr(row.rfind(',') + 1);
+    CHECK((spread == "-" || spread.find('-') != std::string::npos));
+  }
 
   // A neighbour that sends -4x its estimate, on Fashion-MNIST: undefended,
   // the honest nodes are dragged off; with the trimmed mean they still learn
