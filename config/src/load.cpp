@@ -159,9 +159,10 @@ void checkLocal(const NodeConfig& config, const Origins& origins) {
         std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (!numeric || std::stol(port) > 65535)
       failAt(origins, "status.http", "expected HOST:PORT, got '" + http + "'");
-    if (!isLoopbackHost(http.substr(0, colon))) {
+    if (!config.status.httpRemote && !isLoopbackHost(http.substr(0, colon))) {
       failAt(origins, "status.http",
-             "the HTTP endpoint has no authentication: bind it to loopback (127.0.0.1)");
+             "the HTTP endpoint has no authentication: bind it to loopback (127.0.0.1), or set "
+             "status.http_remote: true where a network policy restricts who reaches it");
     }
   }
 }

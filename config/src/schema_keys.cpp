@@ -325,6 +325,9 @@ std::vector<Key> makeKeys() {
            "Status socket; \"\" = the topology's status path, else /run/consensusd/<id>.sock."),
       text("status.http", CONSENSUSD_FIELD(status.http), "string",
            "HTTP status/metrics address HOST:PORT on loopback; \"\" = off."),
+      flag("status.http_remote", CONSENSUSD_FIELD(status.httpRemote),
+           "Let status.http bind a non-loopback address (a pod IP, for probes and Prometheus). "
+           "It has no authentication: restrict who reaches it (a NetworkPolicy, a firewall)."),
 
       text("trainer.socket", CONSENSUSD_FIELD(trainer.socket), "path",
            "With model.kind: external, the Unix socket trainers attach to (mode 0660); \"\" = "

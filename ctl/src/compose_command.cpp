@@ -43,15 +43,7 @@ std::string quoted(const std::string& text) {
 int runCompose(const ComposeOptions& options) {
   const topology::Topology given = topology::loadTopology(options.topology);
   const topology::Topology graph = withServiceEndpoints(given, options.port, options.topology);
-  // A daemon runs one straggler model (the simulator stacks several).
-  std::map<std::size_t, std::vector<std::string>> stragglers;
-  for (StragglerFlag& flag : stragglerFlags(options.stragglers, graph, false)) {
-    if (!stragglers.emplace(flag.node, std::move(flag.overrides)).second) {
-      throw UsageError("--straggler: node " + graph.node(flag.node).id +
-                       " is named twice; a daemon runs one straggler model, give its keys in "
-                       "one flag");
-    }
-  }
+  const auto stragglers = daemonStragglers(options.stragglers, graph);
 
   const fs::path out(options.output);
   fs::create_directories(out / "config");

@@ -2,6 +2,7 @@
 
 #include "compose_command.hpp"
 #include "consensusd/daemon/command_line.hpp"
+#include "k8s_command.hpp"
 #include "keygen_command.hpp"
 #include "simulate_command.hpp"
 #include "status_commands.hpp"
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   consensusd::cli::addTrainCommand(app, action);
   consensusd::cli::addStatusCommands(app, action);
   consensusd::cli::addComposeCommand(app, action);
+  consensusd::cli::addK8sCommand(app, action);
   consensusd::cli::addSimulateCommand(app, action);
   consensusd::cli::addKeygenCommand(app, action);
   return consensusd::cli::run(app, argc, argv, [&] { return action(); });

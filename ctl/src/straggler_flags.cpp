@@ -29,4 +29,17 @@ std::vector<StragglerFlag> stragglerFlags(const std::vector<std::string>& specs,
   return flags;
 }
 
+std::map<std::size_t, std::vector<std::string>> daemonStragglers(
+    const std::vector<std::string>& specs, const topology::Topology& graph) {
+  std::map<std::size_t, std::vector<std::string>> byNode;
+  for (StragglerFlag& flag : stragglerFlags(specs, graph, false)) {
+    if (!byNode.emplace(flag.node, std::move(flag.overrides)).second) {
+      throw UsageError("--straggler: node " + graph.node(flag.node).id +
+                       " is named twice; a daemon runs one straggler model, give its keys in "
+                       "one flag");
+    }
+  }
+  return byNode;
+}
+
 }  // namespace consensusd::cli

@@ -4,6 +4,7 @@
 // overrides, in flag order. A node not in the topology is a UsageError; the
 // keys are checked by the config schema.
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,5 +18,10 @@ struct StragglerFlag {
 };
 std::vector<StragglerFlag> stragglerFlags(const std::vector<std::string>& specs,
                                           const topology::Topology& graph, bool allowAll);
+
+// For daemons (compose, k8s): one model per node, so a node named twice is a
+// UsageError (the simulator stacks several). Node index -> its overrides.
+std::map<std::size_t, std::vector<std::string>> daemonStragglers(
+    const std::vector<std::string>& specs, const topology::Topology& graph);
 
 }  // namespace consensusd::cli

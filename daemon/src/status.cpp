@@ -67,9 +67,15 @@ std::string serialize(const nlohmann::json& value) {
   return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-void StatusBoard::publish(std::shared_ptr<const StatusSnapshot> snapshot) {
+void StatusBoard::publish(std::shared_ptr<const StatusSnapshot> snapshot, Clock::time_point now) {
   const std::lock_guard lock(mutex_);
   snapshot_ = std::move(snapshot);
+  publishedAt_ = now;
+}
+
+bool StatusBoard::live(Clock::time_point now) const {
+  const std::lock_guard lock(mutex_);
+  return snapshot_ != nullptr && now - publishedAt_ <= kStallLimit;
 }
 
 std::shared_ptr<const StatusSnapshot> StatusBoard::current() const {

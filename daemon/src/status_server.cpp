@@ -154,8 +154,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       response->result(http::status::method_not_allowed);
       response->body() = "GET only\n";
     } else if (target == "/healthz") {
-      response->result(snapshot ? http::status::ok : http::status::service_unavailable);
-      response->body() = snapshot ? "ok\n" : "starting\n";
+      const bool live = board_.live();
+      response->result(live ? http::status::ok : http::status::service_unavailable);
+      response->body() = live ? "ok\n" : snapshot ? "engine loop stalled\n" : "starting\n";
     } else if (target == "/status" && snapshot) {
       response->set(http::field::content_type, "application/json");
       response->body() = serialize(toJson(*snapshot)) + "\n";

@@ -316,6 +316,17 @@ TEST_CASE("HTTP on loopback: /healthz, /status, and /metrics that promtool accep
   CHECK(promtool.exitCode == 0);
 }
 
+TEST_CASE("HTTP on every address with status.http_remote (a pod's probes and Prometheus)") {
+  Cluster probe(2, {});
+  const int port = probe.sparePort();
+  Cluster cluster(2, with(kFast, {"train.rounds=0", "status.http_remote=true",
+                                  "status.http=0.0.0.0:" + std::to_string(port)}));
+  cluster.start(0);
+  REQUIRE(
+      waitFor([&] { return httpGet(port, "/healthz").find("200 OK") != std::string::npos; }, 30s));
+  CHECK(json::parse(bodyOf(httpGet(port, "/status")))["node"] == "n0");
+}
+
 namespace {
 
 std::vector<json> metricsOf(const Cluster& cluster, std::size_t i) {

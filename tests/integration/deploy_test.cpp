@@ -195,3 +195,90 @@ TEST_CASE("consensusctl compose writes a testbed that docker-compose validates")
   CHECK(twice.exitCode == 64);
   CHECK(twice.err.find("node n3 is named twice") != std::string::npos);
 }
+
+// Kubernetes: pod I of the StatefulSet runs node I; its peers are the other
+// pods' stable DNS names; every manifest validates against the API schemas
+// (kubernetes-models, offline: no cluster is reachable here).
+TEST_CASE("consensusctl k8s writes manifests that validate against the Kubernetes API schemas") {
+  const TempDir dir;
+  const std::string out = dir.path() + "/k8s";
+  const std::string validator = CONSENSUSD_SOURCE_DIR "/tests/k8s/validate.mjs";
+  REQUIRE_MESSAGE(std::filesystem::exists(CONSENSUSD_SOURCE_DIR "/tests/k8s/node_modules"),
+                  "the schemas are missing: run scripts/bootstrap");
+  // Node ids that are not the pods' ordinals, and CurveZMQ keys.
+  const std::string topology = dir.path() + "/star.yaml";
+  REQUIRE(runProcess({CONSENSUSCTL, "topology", "gen", "star", "--nodes", "5", "-o", topology})
+              .exitCode == 0);
+  REQUIRE(runProcess(
+              {CONSENSUSCTL, "keygen", "--topology", topology, "--dir", dir.path(), "-o", topology})
+              .exitCode == 0);
+  const auto k8s = runProcess({CONSENSUSCTL, "k8s", topology, "-o", out, "--namespace", "ml",
+                               "--node-set", "gossip", "--image", "registry.example/consensusd:0.1",
+                               "--set", "train.rounds=500", "--straggler",
+                               "n3=kind=bimodal,slow_factor=20", "--curve-secret", "gossip-keys"});
+  INFO(k8s.out << k8s.err);
+  REQUIRE(k8s.exitCode == 0);
+  CHECK(k8s.out.find("create secret generic gossip-keys --from-file=node-0.key=n0.key") !=
+        std::string::npos);
+
+  const std::string topologyText = readText(out + "/config/topology.yaml");
+  for (int i = 0; i < 5; ++i) {
+    CAPTURE(i);
+    const std::string id = "n" + std::to_string(i);  // `topology gen` names node I nI
+    CHECK(topologyText.find("{id: " + id + ", endpoint: \"tcp://gossip-" + std::to_string(i) +
+                            ".gossip.ml.svc.cluster.local:7000\"") != std::string::npos);
+    const std::string config = out + "/config/node-" + std::to_string(i) + ".yaml";
+    CHECK(readText(config).find("node: {id: " + id + ",") != std::string::npos);
+    // As the daemon reads it (the key file exists only in the pod).
+    const auto check =
+        runProcess({CONSENSUSD, "--config", config, "--set", "security.curve=false", "--check"});
+    INFO(check.out << check.err);
+    CHECK(check.exitCode == 0);
+  }
+  CHECK(readText(out + "/config/node-3.yaml").find("kind: bimodal") != std::string::npos);
+  CHECK(readText(out + "/config/node-2.yaml").find("bimodal") == std::string::npos);
+
+  const std::string manifest = readText(out + "/consensusd.yaml");
+  for (const char* expected :
+       {"replicas: 5", "podManagementPolicy: Parallel", "publishNotReadyAddresses: true",
+        "clusterIP: None", "node-${HOSTNAME##*-}.yaml", "path: /healthz", "runAsNonRoot: true",
+        "readOnlyRootFilesystem: true", "prometheus.io/scrape: \"true\"", "volumeClaimTemplates",
+        "secretName: \"gossip-keys\"", "image: \"registry.example/consensusd:0.1\""}) {
+    CAPTURE(expected);
+    CHECK(manifest.find(expected) != std::string::npos);
+  }
+  const auto valid = runProcess({"/usr/bin/env", "node", validator, out + "/consensusd.yaml"});
+  INFO(valid.out << valid.err);
+  CHECK(valid.exitCode == 0);
+  for (const char* kind : {"Namespace", "ConfigMap", "Service", "NetworkPolicy", "StatefulSet"}) {
+    CAPTURE(kind);
+    CHECK(valid.out.find(std::string(kind) + " ") != std::string::npos);
+  }
+
+  // The validator does fail: an annotation that is not a string, a policy that does not exist.
+  std::string broken = manifest;
+  broken.replace(broken.find("podManagementPolicy: Parallel"), 29, "podManagementPolicy: Eager");
+  {
+    std::ofstream file(dir.path() + "/broken.yaml");
+    file << broken;
+  }
+  const auto invalid = runProcess({"/usr/bin/env", "node", validator, dir.path() + "/broken.yaml"});
+  CHECK(invalid.exitCode == 1);
+  CHECK(invalid.err.find("podManagementPolicy") != std::string::npos);
+
+  // Mistakes stop before anything is written.
+  const auto badName = runProcess(
+      {CONSENSUSCTL, "k8s", topology, "-o", dir.path() + "/bad1", "--node-set", "Gossip_1"});
+  CHECK(badName.exitCode == 64);
+  CHECK(badName.err.find("'Gossip_1' is not a Kubernetes name") != std::string::npos);
+  const auto noKeys =
+      runProcess({CONSENSUSCTL, "k8s", CONSENSUSD_SOURCE_DIR "/config/examples/ring8.yaml", "-o",
+                  dir.path() + "/bad2", "--curve-secret", "keys"});
+  CHECK(noKeys.exitCode == 64);
+  CHECK(noKeys.err.find("has no public_key") != std::string::npos);
+  const auto badKey = runProcess({CONSENSUSCTL, "k8s", topology, "-o", dir.path() + "/bad3",
+                                  "--straggler", "n3=slow_facter=20"});
+  CHECK(badKey.exitCode == 78);
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/bad1"));
+  CHECK_FALSE(std::filesystem::exists(dir.path() + "/bad2"));
+}

@@ -132,8 +132,10 @@ TEST_CASE("local cross-checks") {
   CHECK(readError(kMinimal + "security:\n  curve: true\n") ==
         "c.yaml:6:10: security.curve needs security.secret_key_file (security.curve)");
   CHECK(readError(kMinimal + "status:\n  http: 0.0.0.0:9100\n") ==
-        "c.yaml:6:9: the HTTP endpoint has no authentication: bind it to loopback (127.0.0.1) "
+        "c.yaml:6:9: the HTTP endpoint has no authentication: bind it to loopback (127.0.0.1), "
+        "or set status.http_remote: true where a network policy restricts who reaches it "
         "(status.http)");
+  CHECK(readError(kMinimal + "status:\n  http: 0.0.0.0:9100\n  http_remote: true\n") == "no error");
   CHECK(readError(kMinimal + "status:\n  http: localhost\n") ==
         "c.yaml:6:9: expected HOST:PORT, got 'localhost' (status.http)");
 }

@@ -320,6 +320,18 @@ TEST_CASE("status requests: reads answer at once, mutations need trust, junk get
         R"({"error":"starting up","ok":false})");
 }
 
+TEST_CASE("liveness: a snapshot older than the stall limit means the engine loop hangs") {
+  daemon::StatusBoard board;
+  const auto t0 = daemon::StatusBoard::Clock::time_point{} + std::chrono::hours(1);
+  CHECK_FALSE(board.live(t0));  // starting: nothing published yet
+  board.publish(std::make_shared<daemon::StatusSnapshot>(), t0);
+  CHECK(board.live(t0));
+  CHECK(board.live(t0 + daemon::StatusBoard::kStallLimit));
+  CHECK_FALSE(board.live(t0 + daemon::StatusBoard::kStallLimit + std::chrono::milliseconds(1)));
+  board.publish(std::make_shared<daemon::StatusSnapshot>(), t0 + std::chrono::minutes(5));
+  CHECK(board.live(t0 + std::chrono::minutes(5) + std::chrono::seconds(1)));
+}
+
 TEST_CASE("metrics: a node with a trainer reports it, in text promtool accepts") {
   daemon::StatusSnapshot status;
   status.node = "n0";

@@ -92,6 +92,7 @@ struct NodeConfig {
   struct Status {
     std::string socket;  // "": the topology's status path, else /run/consensusd/<id>.sock
     std::string http;    // "": off; else HOST:PORT on loopback
+    bool httpRemote = false;  // status.http may bind a non-loopback address
   } status;
   struct Trainer {
     std::string socket;  // "": next to the status socket

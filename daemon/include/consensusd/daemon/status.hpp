@@ -97,8 +97,16 @@ struct Command {     // NOLINT(bugprone-exception-escape): moves of std::functio
 // Thread-safe hand-over between the status thread and the engine thread.
 class StatusBoard {
  public:
-  void publish(std::shared_ptr<const StatusSnapshot> snapshot);
+  using Clock = std::chrono::steady_clock;
+  // The engine loop publishes at least every second, rounds or not; a
+  // snapshot older than this means the loop hangs, and /healthz says so
+  // (systemd's watchdog, WatchdogSec=30, would restart the daemon).
+  static constexpr std::chrono::seconds kStallLimit{30};
+
+  void publish(std::shared_ptr<const StatusSnapshot> snapshot, Clock::time_point now = Clock::now());
   std::shared_ptr<const StatusSnapshot> current() const;
+  // True once a snapshot was published within kStallLimit before `now`.
+  bool live(Clock::time_point now = Clock::now()) const;
   void submit(Command command);
   std::vector<Command> drain();
   // Failed accepts on the status socket and HTTP (file descriptors ran
@@ -110,6 +118,7 @@ class StatusBoard {
   std::atomic<std::uint64_t> acceptFailures_{0};
   mutable std::mutex mutex_;
   std::shared_ptr<const StatusSnapshot> snapshot_;
+  Clock::time_point publishedAt_{};
   std::vector<Command> commands_;
 };
 
