@@ -90,8 +90,8 @@ struct NodeConfig {
     std::int64_t seed = 1;
   } straggler;
   struct Status {
-    std::string socket;  // "": the topology's status path, else /run/consensusd/<id>.sock
-    std::string http;    // "": off; else HOST:PORT on loopback
+    std::string socket;       // "": the topology's status path, else /run/consensusd/<id>.sock
+    std::string http;         // "": off; else HOST:PORT on loopback
     bool httpRemote = false;  // status.http may bind a non-loopback address
   } status;
   struct Trainer {

@@ -103,7 +103,8 @@ class StatusBoard {
   // (systemd's watchdog, WatchdogSec=30, would restart the daemon).
   static constexpr std::chrono::seconds kStallLimit{30};
 
-  void publish(std::shared_ptr<const StatusSnapshot> snapshot, Clock::time_point now = Clock::now());
+  void publish(std::shared_ptr<const StatusSnapshot> snapshot,
+               Clock::time_point now = Clock::now());
   std::shared_ptr<const StatusSnapshot> current() const;
   // True once a snapshot was published within kStallLimit before `now`.
   bool live(Clock::time_point now = Clock::now()) const;
