@@ -5,6 +5,7 @@
 #include "k8s_command.hpp"
 #include "keygen_command.hpp"
 #include "simulate_command.hpp"
+#include "slurm_command.hpp"
 #include "status_commands.hpp"
 #include "topology_commands.hpp"
 #include "train_command.hpp"
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   consensusd::cli::addStatusCommands(app, action);
   consensusd::cli::addComposeCommand(app, action);
   consensusd::cli::addK8sCommand(app, action);
+  consensusd::cli::addSlurmCommand(app, action);
   consensusd::cli::addSimulateCommand(app, action);
   consensusd::cli::addKeygenCommand(app, action);
   return consensusd::cli::run(app, argc, argv, [&] { return action(); });

@@ -26,6 +26,20 @@ struct GenOptions {
   std::string output = "-";
 };
 
+// A topology to stdout ("-") or to a file.
+int printOrWrite(const topology::Topology& graph, const std::string& output) {
+  const std::string text = topology::toYaml(graph);
+  if (output == "-") {
+    std::cout << text;
+    return kExitOk;
+  }
+  std::ofstream out(output, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) throw std::runtime_error("cannot write " + output);
+  return kExitOk;
+}
+
 int runGen(GenOptions options) {
   if (!options.host.empty() && !options.hosts.empty()) {
     throw topology::GeneratorError("give --host or --hosts, not both");
@@ -35,16 +49,40 @@ int runGen(GenOptions options) {
   options.generator.mixing = *topology::parseMixingRule(options.mixing);
   const topology::Topology graph =
       topology::Topology::fromSpec(topology::generate(options.generator), "<generated>");
-  const std::string text = topology::toYaml(graph);
-  if (options.output == "-") {
-    std::cout << text;
-    return kExitOk;
+  return printOrWrite(graph, options.output);
+}
+
+struct PlaceOptions {
+  std::string topology;
+  std::string hosts;  // a file: node I's host on line I (a SLURM job's task layout)
+  int port = 7000;
+  std::string output = "-";
+};
+
+// Node I listens on its host's port P + I: a batch system decides the hosts
+// at job start, the ports are fixed beforehand (they are in the node configs).
+int runPlace(const PlaceOptions& options) {
+  const topology::Topology given = topology::loadTopology(options.topology);
+  std::ifstream in(options.hosts);
+  if (!in) throw UsageError("--hosts: cannot read " + options.hosts);
+  std::vector<std::string> hosts;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) hosts.push_back(line);
+  if (hosts.size() != given.size()) {
+    throw UsageError("--hosts: " + options.hosts + " names " + std::to_string(hosts.size()) +
+                     " hosts for the " + std::to_string(given.size()) + " nodes of " +
+                     options.topology);
   }
-  std::ofstream out(options.output, std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) throw std::runtime_error("cannot write " + options.output);
-  return kExitOk;
+  if (const long last = options.port + static_cast<long>(given.size()) - 1; last > 65535)
+    throw UsageError("--port: ports up to " + std::to_string(last) + " are outside 1..65535");
+  topology::TopologySpec spec = topology::toSpec(given);
+  for (std::size_t i = 0; i < spec.nodes.size(); ++i) {
+    spec.nodes[i].endpoint =
+        "tcp://" + hosts[i] + ":" + std::to_string(options.port + static_cast<int>(i));
+  }
+  // fromSpec checks every endpoint, as loading the written file will.
+  return printOrWrite(topology::Topology::fromSpec(std::move(spec), options.topology),
+                      options.output);
 }
 
 int runCheck(const std::string& file) {
@@ -140,6 +178,20 @@ void addTopologyCommands(CLI::App& parent, std::function<int()>& action) {
   genCommand->add_option("-o,--output", gen->output, "Output file, - for stdout")
       ->capture_default_str();
   genCommand->callback([gen, &action] { action = [gen] { return runGen(*gen); }; });
+
+  auto place = std::make_shared<PlaceOptions>();
+  CLI::App* placeCommand = topology->add_subcommand(
+      "place", "Rewrite the endpoints: node I at the host on line I of --hosts, port P + I");
+  placeCommand->add_option("topology", place->topology, "Topology file")->required();
+  placeCommand
+      ->add_option("--hosts", place->hosts, "File with one host per line, node I's on line I")
+      ->required();
+  placeCommand->add_option("--port", place->port, "Node 0's port P")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65535));
+  placeCommand->add_option("-o,--output", place->output, "Output file, - for stdout")
+      ->capture_default_str();
+  placeCommand->callback([place, &action] { action = [place] { return runPlace(*place); }; });
 
   auto checkFile = std::make_shared<std::string>();
   CLI::App* check = topology->add_subcommand(

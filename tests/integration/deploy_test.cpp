@@ -18,18 +18,12 @@
 #include "cluster.hpp"
 
 using consensusd::testing::Cluster;
+using consensusd::testing::readText;
 using consensusd::testing::runProcess;
 using consensusd::testing::TempDir;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::string readText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // A datagram socket standing in for systemd's notification socket.
 class NotifySocket {

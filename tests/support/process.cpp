@@ -183,4 +183,11 @@ std::string TempDir::write(const std::string& name, const std::string& text) con
   return file;
 }
 
+std::string readText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 }  // namespace consensusd::testing

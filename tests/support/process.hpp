@@ -42,6 +42,9 @@ class Child {
   std::optional<int> status_;
 };
 
+// The whole file ("" if it cannot be read).
+std::string readText(const std::string& path);
+
 // Polls `condition` every 20 ms until it holds or `timeout` passes.
 bool waitFor(const std::function<bool()>& condition, std::chrono::milliseconds timeout);
 
