@@ -140,7 +140,8 @@ void addSlurmCommand(CLI::App& parent, std::function<int()>& action) {
       "slurm",
       "Write a SLURM batch job for TOPOLOGY: task I runs node I, the topology gets the job's "
       "hosts at start and every config is checked before any daemon binds");
-  cmd->add_option("topology", o->topology, "Topology file (consensusctl topology gen ...)")
+  cmd->add_option("topology", o->topology,
+                  "Topology file; - reads one from stdin (consensusctl topology gen ... | ...)")
       ->required();
   cmd->add_option("-o,--output", o->output,
                   "Job folder, on a file system every node shares (created): job.sbatch, "
