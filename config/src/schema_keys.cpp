@@ -291,11 +291,11 @@ std::vector<Key> makeKeys() {
       flag("consensus.dynamic_heterogeneity", CONSENSUSD_FIELD(consensus.dynamicHeterogeneity),
            "dynamic: leave out of the descent term the part of the gradient the neighbours "
            "pull back every round (data that differ between nodes); off by default "
-           "(docs/experiments.md)."),
+           "(docs/design-notes.md)."),
       number("consensus.dynamic_tie_margin", CONSENSUSD_FIELD(consensus.dynamicTieMargin), 0, 0.5,
              "dynamic: once the arrival window is full, waiting for more neighbours whose "
              "progress per second is within this fraction of the best counts as a tie, and "
-             "ties go to more neighbours (docs/experiments.md, \"A margin for mixing\")."),
+             "ties go to more neighbours (docs/design-notes.md, \"A margin for mixing\")."),
 
       choice("straggler.kind", CONSENSUSD_FIELD(straggler.kind),
              data::namesOf(consensus::kStragglerKinds),

@@ -144,7 +144,7 @@ ArrivalHistory::Forecast ArrivalHistory::forecast(const std::vector<std::size_t>
   for (std::size_t m = 0; m <= n; ++m) {
     // Whole rounds miss joint delays the window did not happen to hold;
     // independence overprices neighbours that arrive together. Where
-    // independence says later, halfway between (docs/experiments.md,
+    // independence says later, halfway between (docs/design-notes.md,
     // "Delays the window has not seen together").
     const double wholeRounds = totals[m] / count;
     result.roundTime.emplace_back(

@@ -64,7 +64,7 @@ class Dynamic : public WaitPolicy {
     // Of equal scores, the most neighbours whose arrivals cost no time beyond
     // our own compute (m ascends); not those the lead-bound floor alone ties:
     // waiting for them slows this node, which holds its neighbours at their
-    // bound, and the tie spreads (docs/experiments.md, "Ties").
+    // bound, and the tie spreads (docs/design-notes.md, "Ties go to more neighbours").
     const DynamicScore* best = nullptr;
     for (const DynamicScore& score : scores) {
       if (score.gain <= 0) continue;
@@ -76,7 +76,7 @@ class Dynamic : public WaitPolicy {
     // than the model's error, and the gain undervalues mixing there: take the
     // most neighbours within the margin. Rates at the node's own pace (not
     // the floor's), and only once the window is full: a few rounds cannot
-    // show that a wait is cheap when spikes are rare (docs/experiments.md,
+    // show that a wait is cheap when spikes are rare (docs/design-notes.md,
     // "A margin for mixing").
     if (best != nullptr && context.arrivals->full()) {
       const auto pace = [](const DynamicScore& score) {

@@ -156,11 +156,12 @@ double median(std::vector<double> values) {
 void writeCsv(const fs::path& path, const std::vector<sim::Sample>& samples) {
   std::ofstream out(path, std::ios::trunc);
   out << "time_s,mean_round,mean_loss,accuracy,min_accuracy,max_accuracy,consensus_distance,"
-         "mean_b\n";
+         "mean_b,mean_m,cut_timeout,cut_deadline\n";
   for (const sim::Sample& s : samples) {
     out << s.timeS << ',' << s.meanRound << ',' << s.meanLoss << ',' << s.accuracy << ','
         << s.minAccuracy << ',' << s.maxAccuracy << ',' << s.consensusDistance << ','
-        << s.meanBackups << '\n';
+        << s.meanBackups << ',' << s.meanTarget << ',' << s.timeoutShare << ',' << s.deadlineShare
+        << '\n';
   }
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }

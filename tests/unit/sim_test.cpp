@@ -132,6 +132,26 @@ TEST_CASE(
     CHECK(result.nodeRounds[i] <= 33 + 5 + 1);
   }
   CHECK(result.samples.back().meanBackups > 0.0);
+  CHECK(result.samples.back().meanTarget == 1.0);  // waits for 2 - 1 of its 2 neighbours
+}
+
+TEST_CASE("the samples say what the policy decided: the count it waited for and why it stopped") {
+  Setup setup("ring", 4);
+  setup.options.stragglers.assign(4, {});
+  setup.options.stragglers[0] = {straggler(consensus::StragglerKind::Constant, 20ms, 0ms)};
+  setup.options.engine.policy.kind = PolicyKind::All;
+  auto result = setup.run();
+  CHECK(result.samples.back().meanTarget == 2.0);
+  CHECK(result.samples.back().timeoutShare == 0.0);
+  CHECK(result.samples.back().deadlineShare == 0.0);
+  // A 5 ms cut-off: n1 and n3 stop waiting for n0, 20 ms slower, in most rounds.
+  setup.options.engine.policy.kind = PolicyKind::Timeout;
+  setup.options.engine.policy.timeout = 5ms;
+  result = setup.run();
+  CAPTURE(result.samples.back().timeoutShare);
+  CHECK(result.samples.back().meanTarget == 2.0);
+  CHECK(result.samples.back().timeoutShare > 0.2);
+  CHECK(result.samples.back().deadlineShare == 0.0);
 }
 
 TEST_CASE("first crossing, raw and smoothed") {

@@ -150,6 +150,9 @@ class Simulation {
       ++sim.result_.rounds;
       sim.backups_ +=
           static_cast<double>(sim.nodes_[i].engine->degree() - record.responders.size());
+      sim.targets_ += static_cast<double>(record.target);
+      if (record.reason == consensus::CutoffReason::Timeout) ++sim.timeouts_;
+      if (record.reason == consensus::CutoffReason::Deadline) ++sim.deadlines_;
       ++sim.recorded_;
     }
     static bool mayStart() { return true; }
@@ -222,9 +225,13 @@ class Simulation {
         row.maxAccuracy = std::max(row.maxAccuracy, a);
       }
     }
-    row.meanBackups = recorded_ > 0 ? backups_ / static_cast<double>(recorded_) : 0;
-    backups_ = 0;
-    recorded_ = 0;
+    const double rounds = recorded_ > 0 ? static_cast<double>(recorded_) : 1.0;
+    row.meanBackups = backups_ / rounds;
+    row.meanTarget = targets_ / rounds;
+    row.timeoutShare = static_cast<double>(timeouts_) / rounds;
+    row.deadlineShare = static_cast<double>(deadlines_) / rounds;
+    backups_ = targets_ = 0;
+    recorded_ = timeouts_ = deadlines_ = 0;
     result_.samples.push_back(row);
     return options_.stopAtAccuracy > 0 && row.accuracy >= options_.stopAtAccuracy;
   }
@@ -239,8 +246,11 @@ class Simulation {
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::uint64_t order_ = 0;
   data::Batch<float> batch_;
-  double backups_ = 0;
+  double backups_ = 0;  // per-row sums over the rounds recorded since the last row
+  double targets_ = 0;
   std::int64_t recorded_ = 0;
+  std::int64_t timeouts_ = 0;
+  std::int64_t deadlines_ = 0;
   SimResult result_;
 };
 

@@ -50,12 +50,12 @@ struct PolicySpec {
   bool noiseTerm = false;  // dynamic: DBW's minibatch-noise term S2(m) (off: consensus/README.md)
   // dynamic: the descent leaves out the part of the gradient the neighbours
   // pull back every round (the node's data differing from theirs); off by
-  // default: docs/experiments.md, "Skewed labels under mild delays"
+  // default: docs/design-notes.md, "Who keeps a missing neighbour's weight"
   bool heterogeneityTerm = false;
   // dynamic: once the arrival window is full, every count of neighbours
   // whose progress per second at the node's own pace is within this fraction
   // of the best ties with it, and ties go to more neighbours
-  // (docs/experiments.md, "A margin for mixing")
+  // (docs/design-notes.md, "A margin for mixing")
   double tieMargin = 0.05;
 };
 

@@ -64,6 +64,12 @@ struct Sample {
   double maxAccuracy = 0;
   double consensusDistance = 0;  // mean over nodes of ||x_i - x_bar||
   double meanBackups = 0;  // degree - neighbours mixed, mean over the rounds since the last row
+  // What the policy decided over those rounds: the count m it waited for
+  // (mean), and the share of rounds its time cut-off or the hard deadline
+  // ended (the rest ended on the count).
+  double meanTarget = 0;
+  double timeoutShare = 0;
+  double deadlineShare = 0;
 };
 
 struct SimResult {
