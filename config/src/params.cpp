@@ -146,6 +146,7 @@ consensus::StragglerSpec stragglerSpec(const NodeConfig& config) {
   spec.slowProbability = c.slowProbability;
   spec.slowFactor = c.slowFactor;
   spec.baseCompute = consensus::fromMilliseconds(c.baseComputeMs);
+  spec.linkDelay = consensus::fromMilliseconds(c.linkDelayMs);
   spec.fromRound = c.fromRound;
   spec.toRound = c.toRound;
   spec.seed = static_cast<std::uint64_t>(c.seed);

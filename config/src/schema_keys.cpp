@@ -317,7 +317,8 @@ std::vector<Key> makeKeys() {
       integer("straggler.to_round", CONSENSUSD_FIELD(straggler.toRound), 0, kMaxInt,
               "Last round it applies to; 0 = until the end."),
       number("straggler.link_delay_ms", CONSENSUSD_FIELD(straggler.linkDelayMs), 0, kHuge,
-             "Extra delay on every estimate this node sends (emulated slow links)."),
+             "Extra delay on every estimate this node sends (emulated slow links), in the "
+             "rounds from_round..to_round; the simulator applies it too."),
       integer("straggler.seed", CONSENSUSD_FIELD(straggler.seed), 0, kMaxInt,
               "Seed of the delay draws."),
 

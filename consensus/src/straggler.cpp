@@ -13,15 +13,22 @@ Duration scaled(Duration base, double factor) {
   return Duration(static_cast<Duration::rep>(static_cast<double>(base.count()) * factor));
 }
 
+bool active(const StragglerSpec& spec, std::int64_t round) {
+  return round >= spec.fromRound && (spec.toRound == 0 || round <= spec.toRound);
+}
+
 }  // namespace
 
 Straggler::Straggler(const StragglerSpec& spec) : spec_(spec), rng_(spec.seed) {}
 
+Duration linkDelayAt(const StragglerSpec& spec, std::int64_t round) {
+  return active(spec, round) ? spec.linkDelay : Duration::zero();
+}
+
 Duration Straggler::extraDelay(std::int64_t round, Duration measuredCompute) {
   // Draw even outside the active rounds, so the sequence does not depend on them.
   const double u = unit(rng_);
-  const bool active = round >= spec_.fromRound && (spec_.toRound == 0 || round <= spec_.toRound);
-  if (!active) return Duration::zero();
+  if (!active(spec_, round)) return Duration::zero();
   switch (spec_.kind) {
     case StragglerKind::None:
       return Duration::zero();

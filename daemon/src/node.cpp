@@ -156,8 +156,9 @@ class Runner {
     options.curve = loaded_.curve;
     options.peerTimeout = engineOptions_.peerTimeout;
     options.staleness = cfg_.consensus.staleness;
-    options.linkDelay = std::chrono::duration_cast<Duration>(
-        std::chrono::duration<double, std::milli>(cfg_.straggler.linkDelayMs));
+    options.linkDelay = [spec = config::stragglerSpec(cfg_)](std::int64_t round) {
+      return consensus::linkDelayAt(spec, round);
+    };
     return options;
   }
 

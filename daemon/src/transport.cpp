@@ -175,8 +175,10 @@ void Transport::publish(std::int64_t round, std::shared_ptr<const void> owner,
   h.payloadBytes = payload.size();
   h.checksum = wire::checksum(payload.data(), payload.size());
   Outgoing out{round, now, wire::encode(h), std::move(owner), payload};
-  if (options_.linkDelay > consensus::Duration::zero()) {
-    out.due = now + options_.linkDelay;
+  if (const consensus::Duration delay =
+          options_.linkDelay ? options_.linkDelay(round) : consensus::Duration::zero();
+      delay > consensus::Duration::zero()) {
+    out.due = now + delay;
     delayed_.push_back(std::move(out));
     return;
   }

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -36,7 +37,8 @@ struct TransportOptions {
   consensus::Duration peerTimeout{};
   // A stuck neighbour gets our estimate again if it can still use it.
   std::int64_t staleness = 0;
-  consensus::Duration linkDelay{};  // emulated slow links (straggler.link_delay_ms)
+  // Emulated slow links (straggler.link_delay_ms): the delay of round R's estimate.
+  std::function<consensus::Duration(std::int64_t round)> linkDelay;
 };
 
 enum class SendEvent : std::uint8_t {

@@ -109,6 +109,28 @@ TEST_CASE("two nodes: a node's straggler models add up, each in its own rounds")
   CHECK(result.nodeRounds == std::vector<std::int64_t>{43, 44});
 }
 
+TEST_CASE("two nodes: a slow link delays the estimates, as in the daemon's test of link_delay_ms") {
+  // The daemon test "straggler.link_delay_ms holds back a node's estimates":
+  // n1's estimates take 100 ms. n0 cannot finish round k before n1's estimate
+  // of k is in (100 ms after n1 started k), and n1 cannot finish k before n0
+  // started it: n0 finishes rounds at 100, 110, 200, 210, ..., 1000, two
+  // per 100 ms (the daemon test asks for at least that), 19 of them by
+  // 1.005 s; n1 finishes round k when n0 starts it, one more.
+  Setup setup("chain", 2);
+  setup.options.stragglers.assign(2, {});
+  consensus::StragglerSpec slowLink;
+  slowLink.linkDelay = 100ms;
+  setup.options.stragglers[1] = {slowLink};
+  auto result = setup.run();
+  CHECK(result.nodeRounds == std::vector<std::int64_t>{19, 20});
+  // A link that turns slow at round 10: rounds 0-9 at compute speed (done
+  // at 100 ms), then n1's estimate of round 10 arrives at 200 and the
+  // pattern repeats: 200, 210, 300, ..., 1000, 27 rounds by 1.005 s.
+  setup.options.stragglers[1][0].fromRound = 10;
+  result = setup.run();
+  CHECK(result.nodeRounds == std::vector<std::int64_t>{27, 28});
+}
+
 TEST_CASE(
     "four nodes, one three times slower: all waits for it, static b = 1 stops at the lead bound") {
   Setup setup("ring", 4);

@@ -68,7 +68,8 @@ class Simulation {
       if (i < options.stragglers.size()) {
         for (std::size_t k = 0; k < options.stragglers[i].size(); ++k) {
           consensus::StragglerSpec spec = options.stragglers[i][k];
-          if (spec.kind == consensus::StragglerKind::None) continue;
+          if (spec.kind == consensus::StragglerKind::None && spec.linkDelay == Duration::zero())
+            continue;
           // Distinct draws per node and per model (the first as before stacking).
           spec.seed = (spec.seed * 1000003u + options.seed * 7919u + i) ^ (k * 0x9E3779B97F4A7C15u);
           node.stragglers.emplace_back(spec);
@@ -175,7 +176,10 @@ class Simulation {
   void start(std::size_t i, std::int64_t round, const Vector& params, Time now) {
     Node& node = nodes_[i];
     const auto payload = std::make_shared<const Vector>(sent(i, params));
-    const Duration arrival = transfer(static_cast<std::size_t>(payload->size()) * sizeof(float));
+    // Slow links delay only estimates, as the daemon's transport does.
+    Duration arrival = transfer(static_cast<std::size_t>(payload->size()) * sizeof(float));
+    for (const consensus::Straggler& straggler : node.stragglers)
+      arrival += straggler.linkDelay(round);
     for (const topology::Neighbor& out : topology_.outNeighbors(i))
       push(now + arrival, EventKind::Estimate, out.index, i, round, false, payload);
     data::gather(shares_[i], node.sampler.next(), batch_);

@@ -37,3 +37,17 @@ TEST_CASE("straggler models: seeded draws with the right means and schedule") {
     if (k < 100 || k > 199) CHECK(d == Duration::zero());
   }
 }
+
+TEST_CASE("straggler models: a slow link delays estimates in the model's rounds only") {
+  StragglerSpec spec;
+  spec.linkDelay = milliseconds(30);
+  CHECK(linkDelayAt(spec, 0) == milliseconds(30));
+  spec.fromRound = 10;
+  spec.toRound = 19;
+  CHECK(linkDelayAt(spec, 9) == Duration::zero());
+  CHECK(linkDelayAt(spec, 10) == milliseconds(30));
+  CHECK(linkDelayAt(spec, 19) == milliseconds(30));
+  CHECK(linkDelayAt(spec, 20) == Duration::zero());
+  const Straggler straggler(spec);
+  CHECK(straggler.linkDelay(15) == milliseconds(30));
+}

@@ -31,10 +31,14 @@ struct StragglerSpec {
   double slowProbability = 0.1;  // bimodal
   double slowFactor = 20.0;      // bimodal: a slow round takes slowFactor x base
   Duration baseCompute{};        // bimodal base; zero: the measured compute time
+  Duration linkDelay{};          // on every estimate the node sends (emulated slow links)
   std::int64_t fromRound = 0;
   std::int64_t toRound = 0;  // 0: no end
   std::uint64_t seed = 1;
 };
+
+// The link delay of round `round`'s estimate: the spec's, in its rounds.
+Duration linkDelayAt(const StragglerSpec& spec, std::int64_t round);
 
 class Straggler {
  public:
@@ -42,6 +46,8 @@ class Straggler {
   // The extra delay of `round`, given the measured compute time (bimodal
   // uses it when no base is set). One draw per call, in round order.
   Duration extraDelay(std::int64_t round, Duration measuredCompute);
+  // The extra delay of round `round`'s estimate on its way out (no draw).
+  Duration linkDelay(std::int64_t round) const { return linkDelayAt(spec_, round); }
 
  private:
   StragglerSpec spec_;
