@@ -307,6 +307,9 @@ TEST_CASE("external trainers: a node waiting for its first trainer stops on SIGT
 TEST_CASE("external trainers: a trainer killed mid-run leaves its node up, a new one finishes") {
   auto overrides = externalModel(150);
   overrides.push_back("consensus.max_lead=5");
+  // 5 ms a round (the daemon holds each update): on an idle machine the 150
+  // rounds would otherwise be over before the trainer is killed.
+  overrides.insert(overrides.end(), {"straggler.kind=constant", "straggler.delay_ms=5"});
   Cluster cluster(3, overrides);
   cluster.startAll();
   const auto trainers = attachQuadraticTrainers(cluster);
