@@ -3,6 +3,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "consensusd/config/load.hpp"
+
 namespace consensusd::cli {
 
 YAML::Node str(const std::string& text) {
@@ -64,9 +66,14 @@ YAML::Node withOverrides(YAML::Node doc, const std::vector<std::string>& overrid
   return doc;
 }
 
-std::string nodeConfigText(const std::string& header, const std::string& base,
-                           const std::vector<std::string>& overrides) {
-  return header + emit(withOverrides(YAML::Load(base), overrides));
+std::string writeNodeConfig(const std::filesystem::path& path, const std::string& header,
+                            const std::string& base, const std::vector<std::string>& overrides,
+                            const std::vector<std::string>& loadOverrides) {
+  config::readConfig(base, path.string(), overrides);
+  const std::string text = header + emit(withOverrides(YAML::Load(base), overrides));
+  writeFile(path, text);
+  config::loadConfig(path.string(), loadOverrides);
+  return text;
 }
 
 void writeFile(const std::filesystem::path& path, const std::string& text) {

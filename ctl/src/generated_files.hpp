@@ -22,10 +22,15 @@ std::string emit(const YAML::Node& node);
 // `--set a.b=VALUE` as a.b in the document (VALUE is YAML; empty is "").
 YAML::Node withOverrides(YAML::Node doc, const std::vector<std::string>& overrides);
 
-// A node's config file: `header` (comment lines), then `base` with the
-// overrides written in, so one file holds everything the node runs with.
-std::string nodeConfigText(const std::string& header, const std::string& base,
-                           const std::vector<std::string>& overrides);
+// Writes a node's config file: `header` (comment lines), then `base` with
+// the overrides written in, so one file holds everything the node runs
+// with. The overrides are checked first (the schema's errors name the
+// flag, exit 78), then the file as the daemon will load it against the
+// topology beside it (membership, degree, socket paths), with
+// `loadOverrides` on top. Returns the file's text.
+std::string writeNodeConfig(const std::filesystem::path& path, const std::string& header,
+                            const std::string& base, const std::vector<std::string>& overrides,
+                            const std::vector<std::string>& loadOverrides = {});
 
 // Writes `text` to `path`, or throws naming the path.
 void writeFile(const std::filesystem::path& path, const std::string& text);
