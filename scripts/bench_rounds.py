@@ -37,16 +37,24 @@ def baseline(path):
     return zmq, mix
 
 
-def launch(args, shape, size, attempt, attach=False):
+def launch(args, shape, size, attempt, attach=False, ipc=False, binary=None):
     """The slowest node's mean round time (s). attach: model.kind external, each
-    daemon with a zero-update trainer (tests/bench/zero_trainer.py)."""
+    daemon with a zero-update trainer (tests/bench/zero_trainer.py). ipc: the
+    nodes talk over ipc:// sockets instead of TCP loopback. binary: the
+    folder of another consensusd build (default args.bin)."""
     nodes, degree, gen = shape
-    run = os.path.join(args.work, f"p{nodes}-d{degree}-{size}-{attempt}{'-attach' if attach else ''}")
+    binary = binary or args.bin
+    tag = ("-attach" if attach else "") + ("-ipc" if ipc else "") + ("-against" if binary != args.bin else "")
+    run = os.path.join(args.work, f"p{nodes}-d{degree}-{size}-{attempt}{tag}")
     os.makedirs(run)
-    ctl, daemon = os.path.join(args.bin, "consensusctl"), os.path.join(args.bin, "consensusd")
+    ctl, daemon = os.path.join(args.bin, "consensusctl"), os.path.join(binary, "consensusd")
     topology = os.path.join(run, "topology.yaml")
     subprocess.run([ctl, "topology", "gen", *gen, "--nodes", str(nodes), "--base-port", "7400",
                     "-o", topology], check=True)
+    if ipc:  # same graph, endpoints n<i>.ipc in the run folder
+        text = re.sub(r'tcp://127\.0\.0\.1:(\d+)',
+                      lambda m: f"ipc://{run}/n{int(m.group(1)) - 7400}.ipc", open(topology).read())
+        open(topology, "w").write(text)
     measured = 30 if size <= (1 << 20) else 10
     settings = [f"model.kind={'external' if attach else 'none'}", f"model.dimension={size // 4}", "data.dataset=synthetic-logistic",
                 "consensus.policy=all", "consensus.mailbox_depth=1", "train.eval_every_rounds=0",
@@ -104,11 +112,14 @@ def main():
     parser.add_argument("--peers", action="store_true",
                         help="MPI (TCP) and gloo running the same exchange, side by side")
     parser.add_argument("--mpi", help="the compiled tests/bench/peers/mpi_exchange.c")
+    parser.add_argument("--against", help="another build's bin folder: its consensusd beside this one")
     args = parser.parse_args()
     if args.attach:
         return attachment(args)
     if args.peers:
         return peers(args)
+    if args.against:
+        return against(args)
     zmq, mix = baseline(args.baseline)
     print(f"{'P':>2} {'d':>2} {'model':>7} {'B_x GB/s':>9} {'B_m GB/s':>9} "
           f"{'T ms':>9} {'T_ref ms':>9} {'E':>6}")
@@ -119,8 +130,7 @@ def main():
             t = statistics.median(times)
             b_x, b_m = zmq[size], mix[(size, degree)]
             t_ref = nodes * size * (degree / b_x + (degree + 3) / b_m)
-            label = f"{size >> 20}M" if size >= 1 << 20 else f"{size >> 10}K"
-            print(f"{nodes:>2} {degree:>2} {label:>7} {b_x / 1e9:9.2f} {b_m / 1e9:9.2f} "
+            print(f"{nodes:>2} {degree:>2} {label_of(size):>7} {b_x / 1e9:9.2f} {b_m / 1e9:9.2f} "
                   f"{t * 1e3:9.2f} {t_ref * 1e3:9.2f} {t_ref / t:6.2f}", flush=True)
 
 
@@ -149,9 +159,10 @@ def peer_launch(args, shape, size, attempt, peer):
     neighbours = neighbour_file(run, topology)
     measured = 30 if size <= (1 << 20) else 10
     common = [str(size), str(measured), str(WARMUP), neighbours]
-    if peer == "mpi":
+    if peer in ("mpi", "mpi-shm"):
+        btl = "tcp,self" if peer == "mpi" else "vader,self"  # vader: OpenMPI's shared memory
         argv = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(nodes),
-                "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", args.mpi, *common]
+                "--mca", "pml", "ob1", "--mca", "btl", btl, args.mpi, *common]
         out = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=600).stdout
         return float(out.split()[-1]) / 1e3
     port = 29500 + attempt
@@ -169,22 +180,43 @@ def peer_launch(args, shape, size, attempt, peer):
     return float(out.split()[-1]) / 1e3
 
 
+def label_of(size):
+    return f"{size >> 20}M" if size >= 1 << 20 else f"{size >> 10}K"
+
+
 def peers(args):
-    """consensusd against MPI (TCP) and gloo on the same exchange, one run."""
+    """consensusd against MPI (TCP) and gloo on the same exchange, one run;
+    then consensusd over ipc:// against MPI over shared memory (vader)."""
     print(f"{'P':>2} {'d':>2} {'model':>7} {'MPI-TCP ms':>11} {'gloo ms':>9} {'consensusd ms':>14} "
-          f"{'/ MPI':>6} {'/ gloo':>7}")
+          f"{'/ MPI':>6} {'/ gloo':>7} {'MPI-shm ms':>11} {'ipc ms':>8} {'/ MPI-shm':>10}")
     for size in map(parse_size, args.sizes.split(",")):
         for shape in SHAPES:
             nodes, degree, _ = shape
-            mpi, gloo, ours = [], [], []
-            for a in range(args.launches):  # interleaved: drifts in the machine hit all three
+            mpi, gloo, ours, shm, ipc = [], [], [], [], []
+            for a in range(args.launches):  # interleaved: drifts in the machine hit all five
                 mpi.append(peer_launch(args, shape, size, a, "mpi"))
                 gloo.append(peer_launch(args, shape, size, a, "gloo"))
                 ours.append(launch(args, shape, size, a))
-            t_mpi, t_gloo, t = (statistics.median(v) for v in (mpi, gloo, ours))
-            label = f"{size >> 20}M" if size >= 1 << 20 else f"{size >> 10}K"
-            print(f"{nodes:>2} {degree:>2} {label:>7} {t_mpi * 1e3:11.2f} {t_gloo * 1e3:9.2f} "
-                  f"{t * 1e3:14.2f} {t / t_mpi:6.2f} {t / t_gloo:7.2f}", flush=True)
+                shm.append(peer_launch(args, shape, size, a, "mpi-shm"))
+                ipc.append(launch(args, shape, size, a, ipc=True))
+            t_mpi, t_gloo, t, t_shm, t_ipc = (statistics.median(v) for v in (mpi, gloo, ours, shm, ipc))
+            print(f"{nodes:>2} {degree:>2} {label_of(size):>7} {t_mpi * 1e3:11.2f} {t_gloo * 1e3:9.2f} "
+                  f"{t * 1e3:14.2f} {t / t_mpi:6.2f} {t / t_gloo:7.2f} {t_shm * 1e3:11.2f} "
+                  f"{t_ipc * 1e3:8.2f} {t_ipc / t_shm:10.2f}", flush=True)
+
+
+def against(args):
+    """This build's consensusd beside another's (--against), launches interleaved."""
+    print(f"{'P':>2} {'d':>2} {'model':>7} {'other ms':>9} {'this ms':>9} {'ratio':>6}")
+    for size in map(parse_size, args.sizes.split(",")):
+        for shape in SHAPES:
+            other, this = [], []
+            for a in range(args.launches):
+                other.append(launch(args, shape, size, a, binary=args.against))
+                this.append(launch(args, shape, size, a))
+            t_other, t_this = statistics.median(other), statistics.median(this)
+            print(f"{shape[0]:>2} {shape[1]:>2} {label_of(size):>7} {t_other * 1e3:9.2f} "
+                  f"{t_this * 1e3:9.2f} {t_this / t_other:6.2f}", flush=True)
 
 
 def attachment(args):
@@ -198,8 +230,7 @@ def attachment(args):
             none.append(launch(args, shape, size, a))
             attached.append(launch(args, shape, size, a, attach=True))
         t_none, t_attached = statistics.median(none), statistics.median(attached)
-        label = f"{size >> 20}M" if size >= 1 << 20 else f"{size >> 10}K"
-        print(f"{shape[0]:>2} {shape[1]:>2} {label:>7} {t_none * 1e3:9.2f} {t_attached * 1e3:11.2f} "
+        print(f"{shape[0]:>2} {shape[1]:>2} {label_of(size):>7} {t_none * 1e3:9.2f} {t_attached * 1e3:11.2f} "
               f"{t_attached / t_none:6.2f}", flush=True)
 
 

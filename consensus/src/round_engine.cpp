@@ -1,6 +1,7 @@
 #include "consensusd/consensus/round_engine.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -33,9 +34,9 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
       gradients_(options.windowRounds, options.batchSize),
       sgd_(static_cast<std::size_t>(initial.size()), momentum),
       round_(firstRound),
-      params_(std::move(initial)),
+      params_(std::make_shared<Vector>(std::move(initial))),
       topologySelfWeight_(topology.selfWeight(self)) {
-  const auto dimension = static_cast<std::size_t>(params_.size());
+  const auto dimension = static_cast<std::size_t>(params_->size());
   const std::vector<std::size_t> hops = topology::hopsFrom(topology, self);
   for (const topology::Neighbor& neighbor : topology.inNeighbors(self)) {
     // A neighbour that hears us (in h hops) runs at most max_lead rounds
@@ -58,10 +59,10 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
                       {}});
   }
   // Five buffers of one size, rotated by swaps each round: no allocation, no copy.
-  mixed_.resize(params_.size());
-  gradient_.resize(params_.size());
-  previousParams_.resize(params_.size());
-  previousGradient_.resize(params_.size());
+  mixed_ = std::make_shared<Vector>(params_->size());
+  gradient_.resize(params_->size());
+  previousParams_ = std::make_shared<Vector>(params_->size());
+  previousGradient_.resize(params_->size());
 }
 
 template <class Scalar>
@@ -199,7 +200,7 @@ std::optional<typename RoundEngine<Scalar>::Start> RoundEngine<Scalar>::tryStart
   haveGradient_ = false;
   decidedReason_.reset();
   decision_ = policy_->decide(policyContext(now));
-  return Start{round_, &params_};
+  return Start{round_, params_};
 }
 
 template <class Scalar>
@@ -222,7 +223,7 @@ Receipt RoundEngine<Scalar>::onEstimate(std::size_t node, std::int64_t round, co
     // dynamic rule weighs against the wait (consensus pull term).
     if (options_.policy.kind == PolicyKind::Dynamic) {
       slot.distanceSq = static_cast<double>(
-          (Eigen::Map<const Vector>(values, params_.size()) - params_).squaredNorm());
+          (Eigen::Map<const Vector>(values, params_->size()) - *params_).squaredNorm());
     }
   }
   switch (receipt) {
@@ -249,8 +250,19 @@ template <class Scalar>
 void RoundEngine<Scalar>::onGradient(std::int64_t round, const Eigen::Ref<const Vector>& gradient,
                                      double loss, const data::GradientStats& stats, Time now,
                                      UpdateKind kind) {
-  if (phase_ != Phase::Running || round != round_ || haveGradient_) return;
+  if (!awaitsUpdate(round)) return;
   gradient_ = gradient;
+  tookUpdate(kind, loss, stats, now);
+}
+
+template <class Scalar>
+bool RoundEngine<Scalar>::awaitsUpdate(std::int64_t round) const {
+  return phase_ == Phase::Running && round == round_ && !haveGradient_;
+}
+
+template <class Scalar>
+void RoundEngine<Scalar>::tookUpdate(UpdateKind kind, double loss, const data::GradientStats& stats,
+                                     Time now) {
   updateKind_ = kind;
   haveProbe_ = false;
   loss_ = loss;
@@ -260,10 +272,20 @@ void RoundEngine<Scalar>::onGradient(std::int64_t round, const Eigen::Ref<const 
 }
 
 template <class Scalar>
+void RoundEngine<Scalar>::swapGradient(std::int64_t round, Vector& gradient, double loss,
+                                       const data::GradientStats& stats, Time now) {
+  if (!awaitsUpdate(round)) return;
+  if (gradient.size() != params_->size())
+    throw std::logic_error("swapGradient: the gradient's dimension is not the parameters'");
+  gradient_.swap(gradient);
+  tookUpdate(UpdateKind::Gradient, loss, stats, now);
+}
+
+template <class Scalar>
 void RoundEngine<Scalar>::onDelta(std::int64_t round, const Eigen::Ref<const Vector>& delta,
                                   const Eigen::Ref<const Vector>& gradient, double loss,
                                   const data::GradientStats& stats, Time now) {
-  if (phase_ != Phase::Running || round != round_ || haveGradient_) return;
+  if (!awaitsUpdate(round)) return;
   onGradient(round, delta, loss, stats, now, UpdateKind::Delta);
   probe_ = gradient;
   haveProbe_ = true;
@@ -430,7 +452,10 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     record.responders.push_back(slot.node);
     ++slot.counters.mixed;
   }
-  const auto dimension = static_cast<std::size_t>(params_.size());
+  const Vector& params = *params_;
+  Vector& mixed = writable(mixed_);
+  const Vector& previousParams = *previousParams_;
+  const auto dimension = static_cast<std::size_t>(params.size());
   // The gradient at x_k: the update itself, or a delta's probe; none for a
   // delta alone (the dynamic rule then has no gradient statistics).
   const bool isGradient = updateKind_ == UpdateKind::Gradient;
@@ -444,12 +469,12 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   bool stepped = false;
   if (options_.robust == Robust::TrimmedMean) {
     record.selfWeight = 1.0 / static_cast<double>(inputs.size() + 1);  // nominal: unweighted
-    trimmedMean(params_.data(), inputs, options_.trim, mixed_.data(), dimension);
-    record.consensusDistance = static_cast<double>((params_ - mixed_).norm());
+    trimmedMean(params.data(), inputs, options_.trim, mixed.data(), dimension);
+    record.consensusDistance = static_cast<double>((params - mixed).norm());
   } else {
     if (options_.mixMode == MixMode::Renormalize) renormalizeWeights(inputs, topologySelfWeight_);
     if (options_.robust == Robust::Clip)
-      clipWeights(params_.data(), inputs, options_.clipRadius, dimension);
+      clipWeights(params.data(), inputs, options_.clipRadius, dimension);
     record.selfWeight = absorbSelfWeight(inputs);
     double distanceSq = 0;
     MixExtras<Scalar> extras;
@@ -459,7 +484,7 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
       extras.step = gradient_.data();
       extras.stepScale = isGradient ? -static_cast<Scalar>(record.learningRate) : Scalar(1);
     }
-    fusedMix(params_.data(), record.selfWeight, inputs, mixed_.data(), dimension, extras);
+    fusedMix(params.data(), record.selfWeight, inputs, mixed.data(), dimension, extras);
     record.consensusDistance = std::sqrt(distanceSq);
   }
   if (!isGradient && g != nullptr) {
@@ -475,7 +500,7 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
       options_.policy.heterogeneityTerm) {
     // The pull against this round's gradient, for the heterogeneity (one
     // more pass, only when the dynamic policy counts it).
-    gradients_.recordPull(static_cast<double>((mixed_ - params_).dot(*g)), record.learningRate);
+    gradients_.recordPull(static_cast<double>((mixed - params).dot(*g)), record.learningRate);
   }
 
   // Curvature along the path for L (only the dynamic policy reads it: two
@@ -486,9 +511,8 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     const double noise = previousEta_ * previousVariance_ /
                          static_cast<double>(std::max<std::size_t>(options_.batchSize, 1));
     const double curvature =
-        static_cast<double>((*g - previousGradient_).dot(params_ - previousParams_)) - noise;
-    gradients_.recordStep(curvature,
-                          static_cast<double>((params_ - previousParams_).squaredNorm()));
+        static_cast<double>((*g - previousGradient_).dot(params - previousParams)) - noise;
+    gradients_.recordStep(curvature, static_cast<double>((params - previousParams).squaredNorm()));
   }
   havePrevious_ = g != nullptr;
   gradients_.record(stats_.gradNormSq, stats_.sampleVariance);
@@ -496,9 +520,9 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   previousVariance_ = stats_.sampleVariance;
   if (record.gradientApplied && !stepped) {
     if (isGradient) {
-      sgd_.step(mixed_, gradient_, record.learningRate);
+      sgd_.step(mixed, gradient_, record.learningRate);
     } else {
-      mixed_ += gradient_;
+      mixed += gradient_;
     }
   }
   // Keep x_k and g_k for the next curvature sample, without copying.
@@ -519,9 +543,24 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
 
 template <class Scalar>
 void RoundEngine<Scalar>::resetParams(const Eigen::Ref<const Vector>& params) {
-  if (phase_ != Phase::Idle || params.size() != params_.size())
+  if (phase_ != Phase::Idle || params.size() != params_->size())
     throw std::logic_error("resetParams: only between rounds, at the same dimension");
-  params_ = params;
+  writable(params_) = params;
+}
+
+template <class Scalar>
+typename RoundEngine<Scalar>::Vector& RoundEngine<Scalar>::writable(
+    std::shared_ptr<Vector>& buffer) {
+  // A buffer published at a round start may still be read by a send in
+  // flight or the compute job: write it only once nobody else holds it,
+  // else take a fresh one (rare: it was published two rounds ago).
+  if (buffer.use_count() > 1) {
+    buffer = std::make_shared<Vector>(buffer->size());
+  } else {
+    // The last other holder let go with a release decrement; see its reads.
+    std::atomic_thread_fence(std::memory_order_acquire);
+  }
+  return *buffer;
 }
 
 template class RoundEngine<float>;

@@ -102,6 +102,13 @@ class ComputeWorker {
     wake_.notify_all();
   }
 
+  // A gradient buffer back from the engine, for the next job: at 16 MiB a
+  // fresh one per round costs an allocation and page faults.
+  void recycle(Vector buffer) {
+    const std::lock_guard lock(mutex_);
+    spare_ = std::move(buffer);
+  }
+
   std::optional<Result> take() {
     drainFd(readyFd_);
     const std::lock_guard lock(mutex_);
@@ -119,10 +126,11 @@ class ComputeWorker {
       if (stopping_) return;
       Job job = std::move(*job_);
       job_.reset();
+      Result result;
+      result.gradient.swap(spare_);
       lock.unlock();
 
       const Clock::time_point start = Clock::now();
-      Result result;
       result.round = job.round;
       const Vector& params = *job.params;
       result.gradient.setZero(params.size());
@@ -170,6 +178,7 @@ class ComputeWorker {
   std::condition_variable wake_;
   std::optional<Job> job_;
   std::optional<Result> result_;
+  Vector spare_;
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -192,15 +192,6 @@ class Runner {
     if (velocity.size() > 0 && cfg_.train.momentum > 0) engine_->restoreVelocity(velocity);
   }
 
-  // The round's parameters, copied once and shared by every send and the
-  // compute job (which only reads them).
-  std::shared_ptr<const Vector> publish(std::int64_t round, const Vector& params) {
-    auto payload = std::make_shared<const Vector>(params);
-    const std::span<const std::byte> bytes = bytesOf(*payload);
-    transport_->publish(round, payload, bytes, now());
-    return payload;
-  }
-
   void receive() {
     for (int budget = 0; budget < 256; ++budget) {
       auto received = transport_->receive();
@@ -301,14 +292,16 @@ class Runner {
     }
   }
   bool mayStart() const { return !paused_ && !stopping_ && !awaitingTrainerInit_; }
-  void started(std::int64_t round, const Vector& params) {
-    auto snapshot = publish(round, params);
+  // The round's parameters are the engine's own buffer, shared (not
+  // copied) by every send and the compute job, which only read them.
+  void started(std::int64_t round, std::shared_ptr<const Vector> params) {
+    transport_->publish(round, params, bytesOf(*params), now());
     if (trainer_) {
-      trainer_->publish(round, bytesOf(params));
+      trainer_->publish(round, bytesOf(*params));
       return;
     }
     const std::int64_t every = cfg_.train.evalEveryRounds;
-    worker_->submit(round, std::move(snapshot), every > 0 && round % every == 0);
+    worker_->submit(round, std::move(params), every > 0 && round % every == 0);
   }
 
  private:
@@ -382,7 +375,8 @@ class Runner {
         nextHello = t + helloEvery;
       }
       if (auto result = worker_ ? worker_->take() : std::nullopt) {
-        engine_->onGradient(result->round, result->gradient, result->loss, result->stats, t);
+        engine_->swapGradient(result->round, result->gradient, result->loss, result->stats, t);
+        worker_->recycle(std::move(result->gradient));
         if (result->evaluation) telemetry_.onEvaluation(result->round, *result->evaluation);
       }
       applyHeldUpdate(t);

@@ -105,7 +105,7 @@ class Simulation {
       Node& node = nodes_[event.node];
       switch (event.kind) {
         case EventKind::Gradient:
-          node.engine->onGradient(event.round, node.gradient, node.loss, node.stats, event.at);
+          node.engine->swapGradient(event.round, node.gradient, node.loss, node.stats, event.at);
           break;
         case EventKind::Estimate:
           node.engine->onEstimate(event.from, event.round, event.payload->data(), event.at,
@@ -157,7 +157,9 @@ class Simulation {
       ++sim.recorded_;
     }
     static bool mayStart() { return true; }
-    void started(std::int64_t round, const Vector& params) { sim.start(i, round, params, now); }
+    void started(std::int64_t round, std::shared_ptr<const Vector> params) {
+      sim.start(i, round, std::move(params), now);
+    }
   };
 
   void poke(std::size_t i, Time now) {
@@ -173,9 +175,9 @@ class Simulation {
   // Round `round` starts at node i: its estimate leaves for the
   // out-neighbours, and its gradient is computed now (for real) and
   // delivered after its virtual time.
-  void start(std::size_t i, std::int64_t round, const Vector& params, Time now) {
+  void start(std::size_t i, std::int64_t round, std::shared_ptr<const Vector> params, Time now) {
     Node& node = nodes_[i];
-    const auto payload = std::make_shared<const Vector>(sent(i, params));
+    const std::shared_ptr<const Vector> payload = sent(i, params);
     // Slow links delay only estimates, as the daemon's transport does.
     Duration arrival = transfer(static_cast<std::size_t>(payload->size()) * sizeof(float));
     for (const consensus::Straggler& straggler : node.stragglers)
@@ -184,7 +186,7 @@ class Simulation {
       push(now + arrival, EventKind::Estimate, out.index, i, round, false, payload);
     data::gather(shares_[i], node.sampler.next(), batch_);
     node.loss =
-        static_cast<double>(model_.lossAndGradient(params, batch_, node.gradient, &node.stats));
+        static_cast<double>(model_.lossAndGradient(*params, batch_, node.gradient, &node.stats));
     node.lossEwma = node.lossSeen ? node.lossEwma + 0.05 * (node.loss - node.lossEwma) : node.loss;
     node.lossSeen = true;
     Duration compute = options_.compute;
@@ -194,12 +196,14 @@ class Simulation {
   }
 
   // What node i sends for `params`: the estimate itself, unless it attacks.
-  Vector sent(std::size_t i, const Vector& params) const {
+  // What node i sends: its parameters (shared, as the daemon sends them), or an attacker's lie.
+  std::shared_ptr<const Vector> sent(std::size_t i, std::shared_ptr<const Vector> params) const {
     for (const Attacker& attacker : options_.attackers) {
       if (attacker.node != i) continue;
       const auto scale = static_cast<float>(attacker.scale);
-      if (attacker.attack == Attack::SignFlip) return -scale * params;
-      return (params.array() + scale).matrix();
+      if (attacker.attack == Attack::SignFlip)
+        return std::make_shared<const Vector>(-scale * *params);
+      return std::make_shared<const Vector>((params->array() + scale).matrix());
     }
     return params;
   }

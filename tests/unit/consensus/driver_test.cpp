@@ -52,10 +52,10 @@ struct Network {
       net.skips[i] += record.skipped ? 1 : 0;
     }
     static bool mayStart() { return true; }
-    void started(std::int64_t round, const Eigen::VectorXd& params) {
+    void started(std::int64_t round, const std::shared_ptr<const Eigen::VectorXd>& params) {
       for (const auto& out : net.topology.outNeighbors(i)) {
         net.at(now + net.latencyMs, [n = &net, from = i, to = out.index, round,
-                                     values = Eigen::VectorXd(params)](double t) {
+                                     values = Eigen::VectorXd(*params)](double t) {
           n->engines[to]->onEstimate(from, round, values.data(), ms(t));
           n->poke(to, t);
         });

@@ -244,3 +244,45 @@ TEST_CASE("the mailbox keeps an owned estimate in place and copies one without a
   CHECK(mailbox.exact(4) == nullptr);
   CHECK(received.use_count() == 1);
 }
+
+TEST_CASE("a published round's parameters are never written while someone holds them") {
+  EngineOptions options = withPolicy(PolicyKind::Static);
+  options.policy.backups = 4;  // nobody to wait for: x_{k+1} = x_k - eta g
+  options.minResponders = 0;
+  Hub hub(options, 1.0);
+  std::vector<std::shared_ptr<const Eigen::VectorXd>> held;
+  std::vector<Eigen::VectorXd> seen;
+  for (int k = 0; k < 6; ++k) {
+    auto start = hub.engine.tryStart(ms(k));
+    REQUIRE(start);
+    CHECK(start->params.get() == &hub.engine.params());  // shared, not a copy
+    if (k % 2 == 0) {  // a send in flight or a slow compute job keeps every other round's
+      held.push_back(start->params);
+      seen.push_back(*start->params);
+    }
+    hub.gradient(ms(k), 1.0);
+    REQUIRE(hub.engine.tryFinish(ms(k)));
+  }
+  CHECK(hub.engine.params() == Eigen::VectorXd::Constant(3, -6.0));
+  for (std::size_t i = 0; i < held.size(); ++i) CHECK(*held[i] == seen[i]);
+}
+
+TEST_CASE("swapGradient takes the buffer and hands one back, and refuses without a swap") {
+  EngineOptions options = withPolicy(PolicyKind::Static);
+  options.policy.backups = 4;
+  options.minResponders = 0;
+  Hub hub(options, 0.5);
+  Eigen::VectorXd gradient = Eigen::VectorXd::Constant(3, 2.0);
+  const double* const given = gradient.data();
+  hub.engine.swapGradient(0, gradient, 0.0, GradientStats{}, ms(0));  // not started: refused
+  CHECK(gradient.data() == given);
+  REQUIRE(hub.engine.tryStart(ms(0)));
+  Eigen::VectorXd wrongSize = Eigen::VectorXd::Zero(4);
+  CHECK_THROWS_AS(hub.engine.swapGradient(0, wrongSize, 0.0, GradientStats{}, ms(0)),
+                  std::logic_error);
+  hub.engine.swapGradient(0, gradient, 0.0, GradientStats{}, ms(0));
+  CHECK(gradient.data() != given);  // the engine's previous buffer, for the next gradient
+  CHECK(gradient.size() == 3);
+  REQUIRE(hub.engine.tryFinish(ms(0)));
+  CHECK(hub.engine.params() == Eigen::VectorXd::Constant(3, -1.0));
+}

@@ -17,8 +17,9 @@
 //   void decided(const Decision&);
 //   void finished(const RoundRecord&);
 //   bool mayStart();  // asked after finished(): a stop condition holds the start
-//   void started(std::int64_t round, const Vector& params);
+//   void started(std::int64_t round, std::shared_ptr<const Vector> params);
 
+#include <memory>
 #include <optional>
 
 #include "consensusd/consensus/round_engine.hpp"
@@ -31,7 +32,7 @@ std::optional<Time> step(RoundEngine<Scalar>& engine, Time now, Driver& driver) 
   for (const Decision& decision : engine.takeDecisions()) driver.decided(decision);
   if (record) driver.finished(*record);
   if (driver.mayStart()) {
-    if (auto start = engine.tryStart(now)) driver.started(start->round, *start->params);
+    if (auto start = engine.tryStart(now)) driver.started(start->round, std::move(start->params));
   }
   return engine.nextWakeup(now);
 }

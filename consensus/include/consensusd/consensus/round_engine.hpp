@@ -4,10 +4,10 @@
 // No sockets, no files, no clock: every call carries `now`.
 //
 // A driver's loop:
-//   if (auto start = engine.tryStart(now)) { publish(start->round, *start->params);
+//   if (auto start = engine.tryStart(now)) { publish(start->round, start->params);
 //                                            computeGradientAt(*start->params); }
 //   on a message:      engine.onEstimate(sender, round, values, now);
-//   on the gradient:   engine.onGradient(round, g, loss, stats, now);
+//   on the gradient:   engine.onGradient(round, g, loss, stats, now);  (or swapGradient)
 //   symmetric mode:    send engine.takeDecisions(); engine.onDecision(...);
 //   if (auto record = engine.tryFinish(now)) { log, metrics }
 //   sleep until a message, the gradient, or engine.nextWakeup().
@@ -85,7 +85,9 @@ class RoundEngine {
 
   struct Start {
     std::int64_t round;
-    const Vector* params;  // valid until the next call into the engine
+    // Shared, never copied: the engine writes this buffer again only once
+    // every holder (sends in flight, the compute job) has let it go.
+    std::shared_ptr<const Vector> params;
   };
 
   RoundEngine(const topology::Topology& topology, std::size_t self, EngineOptions options,
@@ -101,6 +103,11 @@ class RoundEngine {
   void onGradient(std::int64_t round, const Eigen::Ref<const Vector>& gradient, double loss,
                   const data::GradientStats& stats, Time now,
                   UpdateKind kind = UpdateKind::Gradient);
+  // The same without the copy: the engine takes `gradient`'s buffer and
+  // hands back the one it held (same size, contents unspecified) for the
+  // driver's next gradient. Refused (wrong round, one already in): untouched.
+  void swapGradient(std::int64_t round, Vector& gradient, double loss,
+                    const data::GradientStats& stats, Time now);
   // A delta d together with the gradient g at x_k it came from (a trainer's
   // own optimizer step): d is applied; g gives the dynamic rule what a
   // gradient update gives it (norm, curvature), and its step size is the
@@ -128,7 +135,7 @@ class RoundEngine {
 
   Phase phase() const { return phase_; }
   std::int64_t round() const { return round_; }
-  const Vector& params() const { return params_; }
+  const Vector& params() const { return *params_; }
   // The momentum velocity (zeros without momentum); checkpoints keep it so a
   // restart does not reset momentum.
   const Vector& velocity() const { return sgd_.velocity(); }
@@ -178,6 +185,9 @@ class RoundEngine {
   // A message from `slot` was accepted: it is live again, except that a
   // suspect needs two messages (a single replayed one revives nobody).
   void heard(Slot& slot, Time now);
+  bool awaitsUpdate(std::int64_t round) const;
+  static Vector& writable(std::shared_ptr<Vector>& buffer);
+  void tookUpdate(UpdateKind kind, double loss, const data::GradientStats& stats, Time now);
 
   std::optional<std::size_t> slotOf(std::size_t node) const;
   std::size_t liveCount(Time now) const;
@@ -209,10 +219,12 @@ class RoundEngine {
   std::optional<CutoffReason> decidedReason_;  // symmetric: the cut-off already passed
   std::vector<Decision> outgoingDecisions_;
 
-  Vector params_;    // x_i^k, published at the round start
-  Vector mixed_;     // x_hat
-  Vector gradient_;  // the update: a gradient, or a delta
-  Vector probe_;     // with a delta from onDelta: the gradient at x_k
+  // x_i^k, x_hat and x_i^{k-1} rotate by swaps; x_i^k is published at the
+  // round start, so all three are shared.
+  std::shared_ptr<Vector> params_;  // x_i^k
+  std::shared_ptr<Vector> mixed_;   // x_hat
+  Vector gradient_;                 // the update: a gradient, or a delta
+  Vector probe_;                    // with a delta from onDelta: the gradient at x_k
   bool haveGradient_ = false;
   bool haveProbe_ = false;
   UpdateKind updateKind_ = UpdateKind::Gradient;
@@ -220,7 +232,7 @@ class RoundEngine {
   Time gradientAt_{};
   double loss_ = 0.0;
   data::GradientStats stats_;
-  Vector previousParams_;
+  std::shared_ptr<Vector> previousParams_;
   Vector previousGradient_;
   double topologySelfWeight_;  // w_ii: what `renormalize` shares a missing weight with
   bool havePrevious_ = false;  // previousGradient_ holds g_{k-1}
