@@ -10,6 +10,18 @@
 #include "consensusd/topology/analysis.hpp"
 
 namespace consensusd::consensus {
+
+const char* cutoffName(CutoffReason reason) {
+  switch (reason) {
+    case CutoffReason::Count:
+      return "count";
+    case CutoffReason::Timeout:
+      return "timeout";
+    case CutoffReason::Deadline:
+      return "deadline";
+  }
+  return "count";
+}
 namespace {
 
 constexpr std::int64_t kMaxRound = std::numeric_limits<std::int64_t>::max();

@@ -62,9 +62,9 @@ void printStatus(const nlohmann::json& s) {
                   static_cast<unsigned long long>(t.value("refused", 0ULL)));
     }
   }
-  // Each counter map on one line: refused messages apart from the normal
+  // Each counter map on one line: what ended the rounds; refused messages apart from the normal
   // discards of asynchrony and the send queue's events.
-  for (const char* group : {"rejects", "discarded", "sends"}) {
+  for (const char* group : {"cutoffs", "rejects", "discarded", "sends"}) {
     std::string line;
     const nlohmann::json counts =
         s.value(group, nlohmann::json::object());  // a local: items() must not dangle

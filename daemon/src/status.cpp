@@ -29,6 +29,7 @@ nlohmann::json toJson(const StatusSnapshot& status) {
                         {"target", status.target},
                         {"backups", status.degree - std::min(status.target, status.degree)},
                         {"degree", status.degree},
+                        {"cutoffs", status.cutoffs},
                         {"responders", status.responders},
                         {"suspects", status.suspects},
                         {"loss", status.loss},

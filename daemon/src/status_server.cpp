@@ -262,6 +262,9 @@ std::string prometheusText(const StatusSnapshot& status) {
   metric("consensusd_send_events_total", "counter",
          "Outgoing messages deferred, superseded or dropped, by event.",
          labelled(status.sends, "event"));
+  metric("consensusd_round_cutoffs_total", "counter",
+         "Rounds ended, by what ended them: count (the m waited for were in), timeout, deadline.",
+         labelled(status.cutoffs, "reason"));
   metric("consensusd_connections_closed_total", "counter", "Connections to the ROUTER that closed.",
          one(static_cast<double>(status.connectionsClosed)));
   std::vector<std::pair<std::string, double>> received;

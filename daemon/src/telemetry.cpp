@@ -21,11 +21,13 @@ void Telemetry::onRecord(const consensus::RoundRecord& record) {
   ++finishedRounds_;
   lossEwma_ = finishedRounds_ == 1 ? record.loss : lossEwma_ + 0.05 * (record.loss - lossEwma_);
   lastRecord_ = record;
+  ++cutoffs_[consensus::cutoffName(record.reason)];
   nlohmann::json line = {{"t", std::chrono::duration<double>(record.end).count()},
                          {"round", record.round},
                          {"next", record.nextRound},
                          {"loss", record.loss},
                          {"target", record.target},
+                         {"cutoff", consensus::cutoffName(record.reason)},
                          {"responders", record.responders.size()},
                          {"live", record.live},
                          {"duration_ms", ms(record.end - record.start)},
@@ -76,6 +78,7 @@ void Telemetry::fill(StatusSnapshot& status) const {
   status.consensusDistance = lastRecord_ ? lastRecord_->consensusDistance : 0;
   status.roundsPerSecond = rate_;
   status.history = history_;
+  status.cutoffs = cutoffs_;
 }
 
 }  // namespace consensusd::daemon

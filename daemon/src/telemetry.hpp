@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -53,6 +54,7 @@ class Telemetry {
   double testLoss_ = -1;
   double rate_ = 0;
   std::deque<nlohmann::json> history_;
+  std::map<std::string, std::uint64_t> cutoffs_;  // rounds ended, by cut-off reason
 };
 
 }  // namespace consensusd::daemon

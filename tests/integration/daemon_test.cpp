@@ -90,6 +90,7 @@ TEST_CASE("status socket: every command, malformed and oversized requests") {
   CHECK(status["node"] == "n0");
   CHECK(status["degree"] == 0);
   CHECK(status["policy"] == "dynamic");
+  CHECK(status["cutoffs"]["count"].get<std::int64_t>() >= 3);  // no neighbour: nothing to wait for
   const auto histogram = status["class_histogram"].get<std::vector<std::size_t>>();
   CHECK(histogram.size() == 2);
   CHECK(std::accumulate(histogram.begin(), histogram.end(), std::size_t{0}) ==
@@ -311,6 +312,7 @@ TEST_CASE("HTTP on loopback: /healthz, /status, and /metrics that promtool accep
   CHECK(httpGet(port, "/nowhere").find("404 Not Found") != std::string::npos);
   const std::string metrics = bodyOf(httpGet(port, "/metrics"));
   CHECK(metrics.find("consensusd_round{node=\"n0\"}") != std::string::npos);
+  CHECK(metrics.find("consensusd_round_cutoffs_total{node=\"n0\",reason=\"") != std::string::npos);
   const auto promtool = runProcess({"/usr/bin/promtool", "check", "metrics"}, metrics);
   INFO(promtool.out << promtool.err);
   CHECK(promtool.exitCode == 0);

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "consensusd/daemon/status_server.hpp"
 #include "process.hpp"
 
 using namespace consensusd;
@@ -65,6 +66,27 @@ TEST_CASE("telemetry: EWMA, rate and evaluations follow the records") {
   CHECK(status.consensusDistance == 0.5);
   CHECK(status.history.size() == 4);
   CHECK(status.history.back()["accuracy"] == 0.75);
+}
+
+TEST_CASE("telemetry: each round says what ended it, and the status counts the reasons") {
+  Telemetry telemetry("");
+  const auto ended = [&](std::int64_t round, consensus::CutoffReason reason) {
+    consensus::RoundRecord r = record(round, 1.0);
+    r.reason = reason;
+    telemetry.onRecord(r);
+  };
+  ended(0, consensus::CutoffReason::Count);
+  ended(1, consensus::CutoffReason::Deadline);
+  ended(2, consensus::CutoffReason::Count);
+  ended(3, consensus::CutoffReason::Timeout);
+  daemon::StatusSnapshot status;
+  telemetry.fill(status);
+  CHECK(status.cutoffs ==
+        std::map<std::string, std::uint64_t>{{"count", 2}, {"deadline", 1}, {"timeout", 1}});
+  CHECK(status.history[1]["cutoff"] == "deadline");
+  CHECK(daemon::toJson(status)["cutoffs"]["count"] == 2);
+  CHECK(daemon::prometheusText(status).find(
+            "consensusd_round_cutoffs_total{node=\"\",reason=\"timeout\"} 1") != std::string::npos);
 }
 
 TEST_CASE("telemetry: the history is bounded and the metrics file gets every line") {

@@ -32,7 +32,10 @@
 
 namespace consensusd::consensus {
 
+// What ended a round: the m waited for were in, the policy's time-out, or
+// the hard deadline.
 enum class CutoffReason { Count, Timeout, Deadline };
+const char* cutoffName(CutoffReason reason);  // "count", "timeout", "deadline"
 
 // Per-neighbour counters (the status socket shows them).
 struct NeighborCounters {

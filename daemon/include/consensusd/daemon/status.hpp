@@ -51,6 +51,9 @@ struct StatusSnapshot {
   std::string phase;
   std::string policy;
   std::size_t target = 0;  // m
+  // Rounds ended by each cut-off: count (the m waited for were in), timeout
+  // (the policy's time limit), deadline (consensus.hard_deadline_ms).
+  std::map<std::string, std::uint64_t> cutoffs;
   std::size_t degree = 0;
   std::size_t responders = 0;
   std::size_t suspects = 0;
