@@ -26,25 +26,79 @@ double renormalizeScale(double selfWeight, double present) {
   return present <= 0 || selfWeight + present <= 0 ? 1.0 : 1.0 / (selfWeight + present);
 }
 
+namespace {
+
+// The pass itself, in plain loops the compiler vectorises at the width of
+// the function it is inlined into (the elementwise operations, in the same
+// order, give the same floats at any width).
+template <class Scalar>
+[[gnu::always_inline]] inline void mixBlocks(const Scalar* self, Scalar selfWeight,
+                                             const Scalar* const* inputs, const Scalar* weights,
+                                             std::size_t count, Scalar* out, std::size_t dimension,
+                                             const MixExtras<Scalar>& extras) {
+  double distanceSq = 0;
+  for (std::size_t begin = 0; begin < dimension; begin += kBlock) {
+    const std::size_t n = std::min(kBlock, dimension - begin);
+    const Scalar* x = self + begin;
+    Scalar* o = out + begin;
+#pragma omp simd
+    for (std::size_t i = 0; i < n; ++i) o[i] = selfWeight * x[i];
+    for (std::size_t k = 0; k < count; ++k) {
+      const Scalar* in = inputs[k] + begin;
+      const Scalar w = weights[k];
+#pragma omp simd
+      for (std::size_t i = 0; i < n; ++i) o[i] += w * in[i];
+    }
+    if (extras.distanceSq != nullptr) {
+      Scalar sum = 0;
+#pragma omp simd reduction(+ : sum)
+      for (std::size_t i = 0; i < n; ++i) sum += (o[i] - x[i]) * (o[i] - x[i]);
+      distanceSq += static_cast<double>(sum);
+    }
+    if (extras.step != nullptr) {
+      const Scalar* g = extras.step + begin;
+      const Scalar scale = extras.stepScale;
+#pragma omp simd
+      for (std::size_t i = 0; i < n; ++i) o[i] += scale * g[i];
+    }
+  }
+  if (extras.distanceSq != nullptr) *extras.distanceSq = distanceSq;
+}
+
+#if defined(__x86_64__)
+// The same pass with AVX2's 256-bit registers, chosen at run time: the
+// binaries target baseline x86-64, and the mix is a fifth of a round's CPU.
+template <class Scalar>
+__attribute__((target("avx2"))) void mixBlocksAvx2(const Scalar* self, Scalar selfWeight,
+                                                   const Scalar* const* inputs,
+                                                   const Scalar* weights, std::size_t count,
+                                                   Scalar* out, std::size_t dimension,
+                                                   const MixExtras<Scalar>& extras) {
+  mixBlocks(self, selfWeight, inputs, weights, count, out, dimension, extras);
+}
+#endif
+
+}  // namespace
+
 template <class Scalar>
 void fusedMix(const Scalar* self, double selfWeight, const std::vector<MixInput>& inputs,
               Scalar* out, std::size_t dimension, const MixExtras<Scalar>& extras) {
-  using Segment = Eigen::Map<Eigen::Array<Scalar, Eigen::Dynamic, 1>>;
-  using ConstSegment = Eigen::Map<const Eigen::Array<Scalar, Eigen::Dynamic, 1>>;
-  double distanceSq = 0;
-  for (std::size_t begin = 0; begin < dimension; begin += kBlock) {
-    const auto n = static_cast<Eigen::Index>(std::min(kBlock, dimension - begin));
-    Segment block(out + begin, n);
-    block = static_cast<Scalar>(selfWeight) * ConstSegment(self + begin, n);
-    for (const MixInput& input : inputs) {
-      block += static_cast<Scalar>(input.weight) *
-               ConstSegment(static_cast<const Scalar*>(input.values) + begin, n);
-    }
-    if (extras.distanceSq != nullptr)
-      distanceSq += static_cast<double>((block - ConstSegment(self + begin, n)).square().sum());
-    if (extras.step != nullptr) block += extras.stepScale * ConstSegment(extras.step + begin, n);
+  std::vector<const Scalar*> values;
+  std::vector<Scalar> weights;
+  for (const MixInput& input : inputs) {
+    values.push_back(static_cast<const Scalar*>(input.values));
+    weights.push_back(static_cast<Scalar>(input.weight));
   }
-  if (extras.distanceSq != nullptr) *extras.distanceSq = distanceSq;
+  const auto weight = static_cast<Scalar>(selfWeight);
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    mixBlocksAvx2(self, weight, values.data(), weights.data(), values.size(), out, dimension,
+                  extras);
+    return;
+  }
+#endif
+  mixBlocks(self, weight, values.data(), weights.data(), values.size(), out, dimension, extras);
 }
 
 template <class Scalar>

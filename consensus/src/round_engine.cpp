@@ -72,9 +72,9 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
   }
   // Five buffers of one size, rotated by swaps each round: no allocation, no copy.
   mixed_ = std::make_shared<Vector>(params_->size());
-  gradient_.resize(params_->size());
+  gradient_.setZero(params_->size());  // zeros: swapGradient hands these out
   previousParams_ = std::make_shared<Vector>(params_->size());
-  previousGradient_.resize(params_->size());
+  previousGradient_.setZero(params_->size());
 }
 
 template <class Scalar>

@@ -133,7 +133,9 @@ class ComputeWorker {
       const Clock::time_point start = Clock::now();
       result.round = job.round;
       const Vector& params = *job.params;
-      result.gradient.setZero(params.size());
+      // Without a model the gradient is zeros, and so is every buffer the
+      // engine hands back (swapGradient): zero only a fresh one.
+      if (model_ || result.gradient.size() != params.size()) result.gradient.setZero(params.size());
       try {
         if (job.round == failAtRound_) throw std::logic_error("failpoint compute-throw");
         if (model_) {

@@ -83,6 +83,15 @@ TEST_CASE("the fused mix computes the weighted sum in one pass") {
                             0.3 * double{inputs[1][i]} + 0.1 * double{inputs[2][i]};
     CHECK(out[i] == doctest::Approx(expected).epsilon(1e-5));
   }
+  // Bit for bit the scalar sum in input order, whatever vector width this
+  // CPU's pass uses (every node must mix the same way).
+  std::size_t exact = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float scalar =
+        ((0.4f * self[i] + 0.2f * inputs[0][i]) + 0.3f * inputs[1][i]) + 0.1f * inputs[2][i];
+    if (out[i] == scalar) ++exact;
+  }
+  CHECK(exact == n);
   // In the same pass: the distance from self, then a step (bit for bit the
   // separate passes' result: the engine relies on it).
   std::vector<float> step(n);

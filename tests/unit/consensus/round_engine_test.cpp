@@ -282,7 +282,16 @@ TEST_CASE("swapGradient takes the buffer and hands one back, and refuses without
                   std::logic_error);
   hub.engine.swapGradient(0, gradient, 0.0, GradientStats{}, ms(0));
   CHECK(gradient.data() != given);  // the engine's previous buffer, for the next gradient
-  CHECK(gradient.size() == 3);
+  CHECK(gradient == Eigen::VectorXd::Zero(3));
   REQUIRE(hub.engine.tryFinish(ms(0)));
   CHECK(hub.engine.params() == Eigen::VectorXd::Constant(3, -1.0));
+  // What comes back is zeros or an update given before, never anything the
+  // engine wrote (a driver without a model keeps its zeros without zeroing).
+  for (std::int64_t round = 1; round < 5; ++round) {
+    REQUIRE(hub.engine.tryStart(ms(0)));
+    gradient.setConstant(2.0);
+    hub.engine.swapGradient(round, gradient, 0.0, GradientStats{}, ms(0));
+    CHECK((gradient == Eigen::VectorXd::Zero(3) || gradient == Eigen::VectorXd::Constant(3, 2.0)));
+    REQUIRE(hub.engine.tryFinish(ms(0)));
+  }
 }

@@ -107,8 +107,9 @@ class RoundEngine {
                   const data::GradientStats& stats, Time now,
                   UpdateKind kind = UpdateKind::Gradient);
   // The same without the copy: the engine takes `gradient`'s buffer and
-  // hands back the one it held (same size, contents unspecified) for the
-  // driver's next gradient. Refused (wrong round, one already in): untouched.
+  // hands back one it held, for the driver's next gradient: same size,
+  // holding zeros or an update given earlier (the engine never writes an
+  // update's buffer). Refused (wrong round, one already in): untouched.
   void swapGradient(std::int64_t round, Vector& gradient, double loss,
                     const data::GradientStats& stats, Time now);
   // A delta d together with the gradient g at x_k it came from (a trainer's
