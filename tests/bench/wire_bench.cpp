@@ -1,11 +1,14 @@
-// The payload checksum (CRC-32C, wire::checksum) against reading and writing
-// the same bytes with memcpy, in the same run: "checksum at memory speed" is
-// checksum / memcpy bytes per second near 1.
+// The payload checksum (CRC-32C, wire::checksum) and a received estimate's
+// whole check (wire::validate: checksum and finiteness in one pass) against
+// reading and writing the same bytes with memcpy, in the same run: "checksum
+// at memory speed" is checksum / memcpy bytes per second near 1, and
+// validate / checksum near 1 says finiteness costs no second pass.
 //
 //   build/release/tests/wire_bench --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
 
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "consensusd/daemon/wire.hpp"
@@ -23,6 +26,21 @@ void checksum(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * state.range(0));
 }
 
+void validate(benchmark::State& state) {
+  namespace wire = consensusd::wire;
+  const auto bytes = static_cast<std::size_t>(state.range(0));
+  std::vector<float> values(bytes / 4, 0.5f);
+  const std::span payload(reinterpret_cast<const std::byte*>(values.data()), bytes);
+  wire::Header header;
+  header.kind = wire::Kind::Estimate;
+  header.dimension = values.size();
+  header.payloadBytes = bytes;
+  header.checksum = wire::checksum(payload.data(), bytes);
+  const wire::Expectation expect{0, values.size(), wire::Dtype::Float32};
+  for (auto _ : state) benchmark::DoNotOptimize(wire::validate(header, payload, expect));
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+
 void memoryCopy(benchmark::State& state) {
   std::vector<unsigned char> from(static_cast<std::size_t>(state.range(0)), 0x5a);
   std::vector<unsigned char> to(from.size());
@@ -36,5 +54,6 @@ void memoryCopy(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(checksum)->Apply(sizes);
+BENCHMARK(validate)->Apply(sizes);
 BENCHMARK(memoryCopy)->Apply(sizes);
 BENCHMARK_MAIN();

@@ -136,6 +136,43 @@ TEST_CASE("non-finite values are caught wherever they sit, float64 and misaligne
   }
 }
 
+TEST_CASE("float32 Inf and NaN are caught in every stream of the checksum's pass and its tail") {
+  // 4,099 floats: three interleaved streams over 16,392 bytes, whole words
+  // after them, and a last lone float; payloads at even and odd addresses.
+  const std::size_t dimension = 4099;
+  const wire::Expectation expect{0xabcdef, dimension, wire::Dtype::Float32};
+  std::vector<std::byte> storage(dimension * 4 + 1);
+  for (const std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+    for (const std::size_t at :
+         {std::size_t{0}, std::size_t{1}, std::size_t{1366}, std::size_t{1367}, std::size_t{2733},
+          std::size_t{4097}, dimension - 1}) {
+      for (const float bad :
+           {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(),
+            std::numeric_limits<float>::max(), -0.0f}) {
+        CAPTURE(offset);
+        CAPTURE(at);
+        CAPTURE(bad);
+        std::vector<float> values(dimension, 3.0e38f);  // large but finite
+        values[at] = bad;
+        const std::span payload(storage.data() + offset, dimension * 4);
+        std::memcpy(payload.data(), values.data(), payload.size());
+        wire::Header header;
+        header.kind = wire::Kind::Estimate;
+        header.dimension = dimension;
+        header.topologyHash = 0xabcdef;
+        header.payloadBytes = payload.size();
+        header.checksum = wire::checksum(payload.data(), payload.size());
+        const bool finite = std::isfinite(bad);
+        CHECK(verdict(wire::encode(header), payload, expect) ==
+              (finite ? "accepted" : "non_finite"));
+        CHECK(wire::exponentsAllClear(payload, false) == finite);  // the portable pass agrees
+        header.checksum ^= 1;  // a bad checksum is that, whatever the values
+        CHECK(verdict(wire::encode(header), payload, expect) == "checksum");
+      }
+    }
+  }
+}
+
 TEST_CASE("checksum is CRC-32C, the same with and without SSE4.2") {
   const std::string check = "123456789";
   CHECK(wire::checksum(check.data(), check.size()) == 0xE3069283u);  // the standard check value

@@ -42,6 +42,9 @@ std::array<std::byte, kHeaderSize> encode(const Header& header);
 std::uint32_t checksum(const void* data, std::size_t bytes);
 // The table-driven CRC-32C update (no final inversion), for other CPUs and tests.
 std::uint32_t crc32cPortable(std::uint32_t crc, const unsigned char* at, std::size_t bytes);
+// No Inf or NaN among the float32 (or float64) values: the separate pass for
+// CPUs without SSE4.2 (validate() checks finiteness inside the CRC's pass).
+bool exponentsAllClear(std::span<const std::byte> payload, bool isDouble);
 
 // Why a message was dropped. Names appear in logs, status and metrics.
 enum class Reject {
