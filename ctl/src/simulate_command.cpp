@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "consensusd/config/load.hpp"
 #include "consensusd/config/params.hpp"
@@ -32,11 +33,13 @@ struct SimulateOptions {
   double computeMs = 10;
   double latencyMs = 0.1;
   double bandwidthGbps = 10;
+  double linkSpread = 0;
   double timeS = 60;
   double sampleMs = 500;
   double target = 0.8;
   bool stopAtTarget = false;
   std::size_t nodeEval = 2000;
+  std::size_t threads = std::max(1U, std::thread::hardware_concurrency());
   std::string output;
 };
 
@@ -219,10 +222,12 @@ int runSimulate(const SimulateOptions& options) {
       sim.attackers = attackers;
       sim.link.latency = milliseconds(options.latencyMs);
       sim.link.bytesPerSecond = options.bandwidthGbps * 1e9 / 8;
+      sim.link.spread = options.linkSpread;
       sim.sampleEvery = milliseconds(options.sampleMs);
       sim.maxTime = milliseconds(options.timeS * 1000);
       sim.stopAtAccuracy = options.stopAtTarget ? options.target : 0.0;
       sim.nodeEvalSamples = options.nodeEval;
+      sim.threads = options.threads;
       const auto started = std::chrono::steady_clock::now();
       const sim::SimResult result = sim::simulate(graph, data, shares, sim);
       const double wall =
@@ -328,6 +333,11 @@ void addSimulateCommand(CLI::App& parent, std::function<int()>& action) {
       ->capture_default_str();
   cmd->add_option("--latency-ms", o->latencyMs, "Link latency")->capture_default_str();
   cmd->add_option("--bandwidth-gbps", o->bandwidthGbps, "Link bandwidth")->capture_default_str();
+  cmd->add_option("--link-spread", o->linkSpread,
+                  "Links of mixed speed: each link exp(SPREAD Z) times slower (latency x, "
+                  "bandwidth /), Z standard normal drawn per link from the seed; 0: all alike")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--time-s", o->timeS, "Virtual time per run")->capture_default_str();
   cmd->add_option("--sample-ms", o->sampleMs, "Virtual time between CSV rows")
       ->capture_default_str();
@@ -337,6 +347,10 @@ void addSimulateCommand(CLI::App& parent, std::function<int()>& action) {
   cmd->add_option("--node-eval", o->nodeEval,
                   "Test samples for min/max accuracy over nodes (0: skip, for large N)")
       ->capture_default_str();
+  cmd->add_option("--threads", o->threads,
+                  "Threads computing gradients (default: one per core); the results do not "
+                  "depend on it")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("-o,--output", o->output, "Folder for the CSVs (default runs/sim)");
   cmd->callback([o, &action] { action = [o] { return runSimulate(*o); }; });
 }

@@ -2,6 +2,8 @@
 // work out by hand on 2- and 4-node graphs.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "consensusd/data/partition.hpp"
 #include "consensusd/data/source.hpp"
 #include "consensusd/sim/simulator.hpp"
@@ -78,6 +80,25 @@ TEST_CASE("the same seed gives the same run and another seed another") {
   CHECK(setup.run().events != a.events);
 }
 
+TEST_CASE("gradients computed ahead on other threads give the same run, bit for bit") {
+  Setup setup("random-regular", 12);
+  setup.options.engine.policy.kind = PolicyKind::Dynamic;
+  setup.options.stragglers.assign(12, {straggler(consensus::StragglerKind::Exponential, 0ms, 5ms)});
+  setup.options.sampleEvery = 100ms;
+  const auto one = setup.run();
+  setup.options.threads = 3;  // more workers than this machine's cores: jobs change hands
+  const auto three = setup.run();
+  REQUIRE(one.samples.size() == three.samples.size());
+  CHECK(std::isnan(one.samples.front().meanLoss));  // no gradient is in at time 0
+  for (std::size_t k = 1; k < one.samples.size(); ++k) {
+    CHECK(one.samples[k].meanLoss == three.samples[k].meanLoss);
+    CHECK(one.samples[k].accuracy == three.samples[k].accuracy);
+  }
+  CHECK(one.events == three.events);
+  for (std::size_t i = 0; i < one.nodeParams.size(); ++i)
+    CHECK(one.nodeParams[i] == three.nodeParams[i]);
+}
+
 TEST_CASE("two nodes: a round lasts max(compute, latency + size / bandwidth)") {
   Setup setup("chain", 2);
   // Compute 10 ms, message instantaneous: 100 rounds in 1.005 s.
@@ -129,6 +150,37 @@ TEST_CASE("two nodes: a slow link delays the estimates, as in the daemon's test 
   setup.options.stragglers[1][0].fromRound = 10;
   result = setup.run();
   CHECK(result.nodeRounds == std::vector<std::int64_t>{27, 28});
+}
+
+TEST_CASE("links of mixed speed: log-normal slowness per link, the same both ways, from the seed") {
+  sim::LinkModel link;
+  CHECK(sim::linkSlowness(link, 1, 0, 1) == 1.0);  // spread 0: every link alike
+  link.spread = 0.5;
+  double sum = 0;
+  double sumSq = 0;
+  constexpr int kLinks = 20'000;
+  for (int k = 0; k < kLinks; ++k) {
+    const auto a = static_cast<std::size_t>(k);
+    const double s = sim::linkSlowness(link, 1, a, a + 1 + a % 7);
+    CHECK(s == sim::linkSlowness(link, 1, a + 1 + a % 7, a));
+    sum += std::log(s);
+    sumSq += std::log(s) * std::log(s);
+  }
+  const double mean = sum / kLinks;
+  const double sd = std::sqrt(sumSq / kLinks - mean * mean);
+  CHECK(std::abs(mean) < 0.02);  // standard error 0.0035
+  CHECK(sd == doctest::Approx(0.5).epsilon(0.03));
+  CHECK(sim::linkSlowness(link, 2, 0, 1) != sim::linkSlowness(link, 1, 0, 1));
+
+  // Two nodes, messages slower than compute: a round lasts 40 ms x s of their link.
+  Setup setup("chain", 2);
+  setup.options.link.latency = 40ms;
+  setup.options.link.spread = 0.5;
+  const double s = sim::linkSlowness(setup.options.link, setup.options.seed, 0, 1);
+  REQUIRE(s > 0.3);  // messages still slower than the 10 ms gradient
+  const auto round = std::chrono::duration_cast<consensus::Duration>(40ms * s);
+  const auto rounds = static_cast<std::int64_t>(1005ms / round);
+  CHECK(setup.run().nodeRounds == std::vector<std::int64_t>{rounds, rounds});
 }
 
 TEST_CASE(

@@ -1,8 +1,14 @@
 #include "consensusd/sim/simulator.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <exception>
+#include <limits>
 #include <memory>
+#include <mutex>
 #include <queue>
+#include <thread>
 
 #include "consensusd/consensus/driver.hpp"
 #include "consensusd/data/partition.hpp"
@@ -30,16 +36,130 @@ struct Event {
   }
 };
 
+// A round's gradient: what it is computed from, and what comes out.
+struct GradientJob {
+  std::shared_ptr<const Vector> params;  // held until the job is done
+  std::vector<std::size_t> indices;      // the minibatch, drawn when the round starts
+  Vector gradient;
+  double loss = 0;
+  data::GradientStats stats;
+  std::exception_ptr error;
+};
+
 struct Node {
   std::unique_ptr<Engine> engine;
   data::MinibatchSampler sampler;
   std::vector<consensus::Straggler> stragglers;
-  Vector gradient;
-  double loss = 0;  // of the gradient in flight
-  data::GradientStats stats;
+  GradientJob job;  // of the round in flight
   double lossEwma = 0;
   bool lossSeen = false;
   std::optional<Time> wake;  // the pending Wake event's time
+};
+
+// The nodes' gradients, computed ahead on the spare cores. A round's
+// gradient is due `compute` of virtual time after the round starts, and the
+// other nodes' events of that time come in between, so a job handed out at
+// the start is most often done by the time its Gradient event needs it.
+// Workers take the newest job (the one needed last); the event loop runs a
+// job it needs itself when no worker has taken it yet. The arithmetic is the
+// same whichever thread does it, so a run does not depend on `threads`.
+class Gradients {
+ public:
+  Gradients(const data::ModelOptions& model, const std::vector<data::Dataset>& shares,
+            std::vector<Node>& nodes, std::size_t threads)
+      : shares_(shares),
+        nodes_(nodes),
+        states_(nodes.size(), State::Idle),
+        own_{data::Model<float>(model), {}} {
+    for (std::size_t k = 1; k < threads; ++k) workers_.push_back({data::Model<float>(model), {}});
+    for (Worker& worker : workers_) threads_.emplace_back([this, &worker] { work(worker); });
+  }
+  Gradients(const Gradients&) = delete;
+  Gradients& operator=(const Gradients&) = delete;
+  ~Gradients() {
+    {
+      const std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    queued_.notify_all();
+    for (std::thread& thread : threads_) thread.join();
+  }
+
+  // Node i's job is filled in (params, indices): compute it.
+  void submit(std::size_t i) {
+    if (threads_.empty()) return compute(i, own_);
+    {
+      const std::lock_guard lock(mutex_);
+      states_[i] = State::Queued;
+      stack_.push_back(i);
+    }
+    queued_.notify_one();
+  }
+
+  // Node i's job is done when this returns (rethrows what it threw).
+  void wait(std::size_t i) {
+    if (!threads_.empty()) {
+      std::unique_lock lock(mutex_);
+      if (states_[i] == State::Queued) {
+        states_[i] = State::Running;
+        lock.unlock();
+        compute(i, own_);
+        lock.lock();
+      } else {
+        done_.wait(lock, [&] { return states_[i] == State::Done; });
+      }
+      states_[i] = State::Idle;
+    }
+    if (GradientJob& job = nodes_[i].job; job.error) std::rethrow_exception(job.error);
+  }
+
+ private:
+  enum class State { Idle, Queued, Running, Done };
+  struct Worker {
+    data::Model<float> model;  // keeps work buffers: one per thread
+    data::Batch<float> batch;
+  };
+
+  void compute(std::size_t i, Worker& worker) {
+    GradientJob& job = nodes_[i].job;
+    try {
+      data::gather(shares_[i], job.indices, worker.batch);
+      job.loss = static_cast<double>(
+          worker.model.lossAndGradient(*job.params, worker.batch, job.gradient, &job.stats));
+    } catch (...) {
+      job.error = std::current_exception();
+    }
+    job.params.reset();  // the engine may write its buffer again
+  }
+
+  void work(Worker& worker) {
+    std::unique_lock lock(mutex_);
+    while (true) {
+      queued_.wait(lock, [&] { return stopping_ || !stack_.empty(); });
+      if (stopping_) return;
+      const std::size_t i = stack_.back();
+      stack_.pop_back();
+      if (states_[i] != State::Queued) continue;  // the event loop took it
+      states_[i] = State::Running;
+      lock.unlock();
+      compute(i, worker);
+      lock.lock();
+      states_[i] = State::Done;
+      done_.notify_all();
+    }
+  }
+
+  const std::vector<data::Dataset>& shares_;
+  std::vector<Node>& nodes_;
+  std::mutex mutex_;
+  std::condition_variable queued_;
+  std::condition_variable done_;
+  std::vector<State> states_;
+  std::vector<std::size_t> stack_;  // job ids, newest last; may hold ids since taken
+  bool stopping_ = false;
+  Worker own_;  // the event loop's
+  std::vector<Worker> workers_;
+  std::vector<std::thread> threads_;
 };
 
 class Simulation {
@@ -59,9 +179,7 @@ class Simulation {
                 data::MinibatchSampler(shares[i].size(), options.engine.batchSize,
                                        options.seed * 7919u + i),
                 {},
-                Vector(initial.size()),
-                0,
-                {},
+                {nullptr, {}, Vector(initial.size()), 0, {}, nullptr},
                 0,
                 false,
                 std::nullopt};
@@ -82,6 +200,7 @@ class Simulation {
       for (std::size_t k = 0; k < first.size(); ++k) first[k] = k;
       nodeTest_ = data::subset(data.test, first);
     }
+    gradients_.emplace(options.model, shares, nodes_, std::max<std::size_t>(options.threads, 1));
   }
 
   SimResult run() {
@@ -104,9 +223,15 @@ class Simulation {
       ++result_.events;
       Node& node = nodes_[event.node];
       switch (event.kind) {
-        case EventKind::Gradient:
-          node.engine->swapGradient(event.round, node.gradient, node.loss, node.stats, event.at);
+        case EventKind::Gradient: {
+          gradients_->wait(event.node);
+          GradientJob& job = node.job;
+          node.lossEwma =
+              node.lossSeen ? node.lossEwma + 0.05 * (job.loss - node.lossEwma) : job.loss;
+          node.lossSeen = true;
+          node.engine->swapGradient(event.round, job.gradient, job.loss, job.stats, event.at);
           break;
+        }
         case EventKind::Estimate:
           node.engine->onEstimate(event.from, event.round, event.payload->data(), event.at,
                                   event.payload);  // shared by every receiver, not copied
@@ -132,10 +257,14 @@ class Simulation {
     events_.push({at, order_++, kind, node, from, round, used, std::move(payload)});
   }
 
-  Duration transfer(std::size_t bytes) const {
-    return options_.link.latency +
-           std::chrono::duration_cast<Duration>(std::chrono::duration<double>(
-               static_cast<double>(bytes) / options_.link.bytesPerSecond));
+  // A message of `bytes` between nodes a and b (either way).
+  Duration transfer(std::size_t bytes, std::size_t a, std::size_t b) const {
+    const Duration time =
+        options_.link.latency + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(
+                                    static_cast<double>(bytes) / options_.link.bytesPerSecond));
+    if (options_.link.spread == 0) return time;
+    return std::chrono::duration_cast<Duration>(time *
+                                                linkSlowness(options_.link, options_.seed, a, b));
   }
 
   // Node i's side of consensus::step: events for what the engine hands back.
@@ -145,7 +274,7 @@ class Simulation {
     Time now;
 
     void decided(const consensus::Decision& d) {
-      sim.push(now + sim.transfer(64), EventKind::Decision, d.node, i, d.round, d.used);
+      sim.push(now + sim.transfer(64, i, d.node), EventKind::Decision, d.node, i, d.round, d.used);
     }
     void finished(const consensus::RoundRecord& record) {
       ++sim.result_.rounds;
@@ -173,29 +302,29 @@ class Simulation {
   }
 
   // Round `round` starts at node i: its estimate leaves for the
-  // out-neighbours, and its gradient is computed now (for real) and
-  // delivered after its virtual time.
+  // out-neighbours, and its gradient is computed (for real, ahead on a spare
+  // core if there is one) and delivered after its virtual time, with its loss.
   void start(std::size_t i, std::int64_t round, std::shared_ptr<const Vector> params, Time now) {
     Node& node = nodes_[i];
     const std::shared_ptr<const Vector> payload = sent(i, params);
-    // Slow links delay only estimates, as the daemon's transport does.
-    Duration arrival = transfer(static_cast<std::size_t>(payload->size()) * sizeof(float));
+    // A node's slow link (straggler.link_delay_ms) delays only estimates, as
+    // the daemon's transport does.
+    Duration delay{};
     for (const consensus::Straggler& straggler : node.stragglers)
-      arrival += straggler.linkDelay(round);
+      delay += straggler.linkDelay(round);
+    const std::size_t bytes = static_cast<std::size_t>(payload->size()) * sizeof(float);
     for (const topology::Neighbor& out : topology_.outNeighbors(i))
-      push(now + arrival, EventKind::Estimate, out.index, i, round, false, payload);
-    data::gather(shares_[i], node.sampler.next(), batch_);
-    node.loss =
-        static_cast<double>(model_.lossAndGradient(*params, batch_, node.gradient, &node.stats));
-    node.lossEwma = node.lossSeen ? node.lossEwma + 0.05 * (node.loss - node.lossEwma) : node.loss;
-    node.lossSeen = true;
+      push(now + transfer(bytes, i, out.index) + delay, EventKind::Estimate, out.index, i, round,
+           false, payload);
+    node.job.params = params;
+    node.job.indices = node.sampler.next();
+    gradients_->submit(i);
     Duration compute = options_.compute;
     for (consensus::Straggler& straggler : node.stragglers)
       compute += straggler.extraDelay(round, options_.compute);
     push(now + compute, EventKind::Gradient, i, 0, round);
   }
 
-  // What node i sends for `params`: the estimate itself, unless it attacks.
   // What node i sends: its parameters (shared, as the daemon sends them), or an attacker's lie.
   std::shared_ptr<const Vector> sent(std::size_t i, std::shared_ptr<const Vector> params) const {
     for (const Attacker& attacker : options_.attackers) {
@@ -214,11 +343,18 @@ class Simulation {
     Vector average = Vector::Zero(nodes_.front().engine->params().size());
     Sample row;
     row.timeS = std::chrono::duration<double>(now).count();
+    double lossSum = 0;
+    std::size_t losses = 0;
     for (const Node& node : nodes_) {
       average += node.engine->params();
       row.meanRound += static_cast<double>(node.engine->round()) / n;
-      row.meanLoss += node.lossEwma / n;
+      if (node.lossSeen) {
+        lossSum += node.lossEwma;
+        ++losses;
+      }
     }
+    row.meanLoss = losses > 0 ? lossSum / static_cast<double>(losses)
+                              : std::numeric_limits<double>::quiet_NaN();
     average /= static_cast<float>(n);
     for (const Node& node : nodes_)
       row.consensusDistance += static_cast<double>((node.engine->params() - average).norm()) / n;
@@ -251,9 +387,9 @@ class Simulation {
   data::Model<float> model_;
   std::optional<data::Dataset> nodeTest_;
   std::vector<Node> nodes_;
+  std::optional<Gradients> gradients_;  // after nodes_: its workers stop first
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::uint64_t order_ = 0;
-  data::Batch<float> batch_;
   double backups_ = 0;  // per-row sums over the rounds recorded since the last row
   double targets_ = 0;
   std::int64_t recorded_ = 0;
@@ -267,6 +403,23 @@ class Simulation {
 SimResult simulate(const topology::Topology& topology, const data::TrainTest& data,
                    const std::vector<data::Dataset>& shares, const SimOptions& options) {
   return Simulation(topology, data, shares, options).run();
+}
+
+double linkSlowness(const LinkModel& link, std::uint64_t seed, std::size_t a, std::size_t b) {
+  // Z by Box-Muller from a hash of the seed and the pair: no draw depends on
+  // the order of events, and a link is the same both ways.
+  std::uint64_t state =
+      seed * 0x9E3779B97F4A7C15u ^ (std::min(a, b) * 0xD1B54A32D192ED03u + std::max(a, b));
+  const auto uniform = [&state] {  // splitmix64, in (0, 1)
+    std::uint64_t z = (state += 0x9E3779B97F4A7C15u);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+    return (static_cast<double>((z ^ (z >> 31)) >> 11) + 0.5) * 0x1.0p-53;
+  };
+  const double u = uniform();
+  const double v = uniform();
+  const double z = std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * std::acos(-1.0) * v);
+  return std::exp(link.spread * z);
 }
 
 std::optional<double> firstCrossing(const std::vector<Sample>& samples, double target,

@@ -19,9 +19,14 @@ namespace consensusd::sim {
 
 using consensus::Duration;
 
+// Every link's latency and bandwidth; with `spread` > 0, each link is s
+// times slower than that (latency x s, bandwidth / s, both ways), s =
+// exp(spread Z) with Z standard normal, drawn once per link from the run's
+// seed: a log-normal network, some links several times faster, some slower.
 struct LinkModel {
   Duration latency{std::chrono::microseconds(100)};
   double bytesPerSecond = 1.25e9;  // 10 Gbit/s
+  double spread = 0;               // sigma of ln(s)
 };
 
 // A node that trains honestly but sends its neighbours garbage instead of
@@ -52,13 +57,18 @@ struct SimOptions {
   // Min/max accuracy over nodes costs one evaluation per node per sample: on
   // this many test samples (0: skip it, for large N).
   std::size_t nodeEvalSamples = 2000;
+  // Threads computing gradients (the event loop's included); the run is the
+  // same for any count.
+  std::size_t threads = 1;
 };
 
 // One row of the per-run CSV.
 struct Sample {
   double timeS = 0;
   double meanRound = 0;
-  double meanLoss = 0;     // minibatch loss, smoothed per node, averaged
+  // Minibatch loss, smoothed per node, averaged over the nodes whose first
+  // gradient is in (NaN before).
+  double meanLoss = 0;
   double accuracy = 0;     // of the network-average model, on the test set
   double minAccuracy = 0;  // over nodes (nodeEvalSamples test samples)
   double maxAccuracy = 0;
@@ -82,6 +92,10 @@ struct SimResult {
 
 SimResult simulate(const topology::Topology& topology, const data::TrainTest& data,
                    const std::vector<data::Dataset>& shares, const SimOptions& options);
+
+// How many times slower than `link` the link between nodes a and b is in a
+// run with this seed: exp(spread Z), the same both ways.
+double linkSlowness(const LinkModel& link, std::uint64_t seed, std::size_t a, std::size_t b);
 
 // The first sample time at which accuracy reaches `target`, and the same on
 // accuracies smoothed over `window` samples (steadier across seeds).
