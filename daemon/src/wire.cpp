@@ -1,12 +1,12 @@
 #include "consensusd/daemon/wire.hpp"
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <optional>
 #if defined(__x86_64__)
-#include <emmintrin.h>
-#include <nmmintrin.h>
+#include <immintrin.h>
 #endif
 
 namespace consensusd::wire {
@@ -190,33 +190,144 @@ __attribute__((target("sse4.2"))) std::uint32_t crc32cHardware(std::uint32_t crc
   for (; bytes > 0; --bytes, ++at) rest = _mm_crc32_u8(rest, *at);
   return rest;
 }
+
+// x^n modulo the polynomial, bit-reflected.
+std::uint32_t xPowerModP(std::uint64_t n) {
+  std::uint32_t result = 1u << 31;  // 1
+  std::uint32_t power = 1u << 30;   // x
+  for (; n != 0; n >>= 1) {
+    if ((n & 1u) != 0) result = multiplyModP(power, result);
+    power = multiplyModP(power, power);
+  }
+  return result;
+}
+
+// Carry-less multiplication folding (Intel, "Fast CRC Computation for Generic
+// Polynomials Using PCLMULQDQ"), 256-bit wide: the CRC-32 instruction does 8
+// bytes a cycle at best, a vpclmulqdq pair folds 32. Take 128 bits of pending
+// message A = H x^64 + L (H the first 8 bytes, bit-reflected as the CRC is)
+// that F bits of message B follow: A x^F + B = H x^(F+64) + L x^F + B, and
+// modulo P each product is a 64 x 32-bit carry-less product, so 128 bits
+// again. A reflected product comes out multiplied by x, hence x^(F+63) and
+// x^(F-1). What is left after the last fold is CRC'd as 16 message bytes.
+// {x^(F+63), x^(F-1)} for a fold over F bits, each reflected into the top
+// half of a 64-bit clmul operand (bit j is x^(63-j)).
+struct FoldPair {
+  std::uint64_t first;
+  std::uint64_t second;
+};
+
+FoldPair foldPair(std::uint64_t f) {
+  static constexpr auto operand = [](std::uint32_t r) { return std::uint64_t{r} << 32; };
+  return {operand(xPowerModP(f + 63)), operand(xPowerModP(f - 1))};
+}
+
+const std::array<FoldPair, 2>& foldConstants() {
+  static const std::array<FoldPair, 2> constants{foldPair(128), foldPair(1024)};
+  return constants;  // one 16-byte block onto the next; 128 bytes ahead
+}
+
+__attribute__((target("pclmul"))) __m128i fold16(__m128i a, __m128i next, __m128i k) {
+  return _mm_xor_si128(
+      _mm_xor_si128(_mm_clmulepi64_si128(a, k, 0x00), _mm_clmulepi64_si128(a, k, 0x11)), next);
+}
+
+__attribute__((target("avx2,vpclmulqdq"))) __m256i fold32(__m256i a, __m256i next, __m256i k) {
+  return _mm256_xor_si256(
+      _mm256_xor_si256(_mm256_clmulepi64_epi128(a, k, 0x00), _mm256_clmulepi64_epi128(a, k, 0x11)),
+      next);
+}
+
+// 32 bytes, their exponentFlags or'd into `seen`.
+__attribute__((target("avx2"), always_inline)) inline __m256i load32(const unsigned char* from,
+                                                                     __m256i mask, __m256i add,
+                                                                     __m256i& seen) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from));
+  seen = _mm256_or_si256(seen, _mm256_add_epi64(_mm256_and_si256(v, mask), add));
+  return v;
+}
+
+constexpr std::size_t kFoldingFrom = 256;  // bytes; below, the final folds cost more
+
+// crc32cHardware's contract, folding payloads of kFoldingFrom bytes or more.
+__attribute__((target("avx2,vpclmulqdq,pclmul,sse4.2"))) std::uint32_t crc32cFolding(
+    std::uint32_t crc, const unsigned char* at, std::size_t bytes, Exponents e,
+    std::uint64_t& flags) {
+  if (bytes < kFoldingFrom) return crc32cHardware(crc, at, bytes, e, flags);
+  const auto [by16, by128] = foldConstants();
+  const __m128i k16 =
+      _mm_set_epi64x(static_cast<long long>(by16.second), static_cast<long long>(by16.first));
+  const __m256i k128 =
+      _mm256_set_epi64x(static_cast<long long>(by128.second), static_cast<long long>(by128.first),
+                        static_cast<long long>(by128.second), static_cast<long long>(by128.first));
+  const __m256i mask = _mm256_set1_epi64x(static_cast<long long>(e.mask));
+  const __m256i add = _mm256_set1_epi64x(static_cast<long long>(e.add));
+  __m256i seen = _mm256_setzero_si256();
+  // The register's value enters as the message's first 32 bits.
+  __m256i acc[4] = {_mm256_xor_si256(load32(at, mask, add, seen), _mm256_set_epi64x(0, 0, 0, crc)),
+                    load32(at + 32, mask, add, seen), load32(at + 64, mask, add, seen),
+                    load32(at + 96, mask, add, seen)};
+  at += 128;
+  bytes -= 128;
+  for (; bytes >= 128; at += 128, bytes -= 128)
+    for (int j = 0; j < 4; ++j) acc[j] = fold32(acc[j], load32(at + 32 * j, mask, add, seen), k128);
+  // The eight 16-byte blocks in message order, folded into one.
+  __m128i x = _mm256_castsi256_si128(acc[0]);
+  for (int j = 0; j < 4; ++j) {
+    if (j > 0) x = fold16(x, _mm256_castsi256_si128(acc[j]), k16);
+    x = fold16(x, _mm256_extracti128_si256(acc[j], 1), k16);
+  }
+  __m128i seen16 = _mm_or_si128(_mm256_castsi256_si128(seen), _mm256_extracti128_si256(seen, 1));
+  for (; bytes >= 16; at += 16, bytes -= 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
+    seen16 = _mm_or_si128(seen16, _mm_add_epi64(_mm_and_si128(v, _mm256_castsi256_si128(mask)),
+                                                _mm256_castsi256_si128(add)));
+    x = fold16(x, v, k16);
+  }
+  flags |= static_cast<std::uint64_t>(_mm_cvtsi128_si64(seen16)) |
+           static_cast<std::uint64_t>(_mm_extract_epi64(seen16, 1));
+  std::uint64_t c = _mm_crc32_u64(0, static_cast<std::uint64_t>(_mm_cvtsi128_si64(x)));
+  c = _mm_crc32_u64(c, static_cast<std::uint64_t>(_mm_extract_epi64(x, 1)));
+  return crc32cHardware(static_cast<std::uint32_t>(c), at, bytes, e, flags);
+}
 #endif
 
 }  // namespace
 
 namespace {
 
-#if defined(__x86_64__)
-bool hasSse42() {
-  static const bool hardware = __builtin_cpu_supports("sse4.2");
-  return hardware;
+// The path every checksum takes: the fastest this CPU has, unless a test or
+// benchmark picks another (useCrcPath).
+std::atomic<CrcPath>& chosenPath() {
+  static std::atomic<CrcPath> path{crcPaths().back()};
+  return path;
 }
+
+// CRC-32C update and finiteness flags in one pass (not on the portable path).
+std::uint32_t crc32cFlagged(CrcPath path, std::uint32_t crc, const unsigned char* at,
+                            std::size_t bytes, Exponents e, std::uint64_t& flags) {
+#if defined(__x86_64__)
+  if (path == CrcPath::Folding) return crc32cFolding(crc, at, bytes, e, flags);
+  return crc32cHardware(crc, at, bytes, e, flags);
+#else
+  (void)path, (void)e, (void)flags;
+  return crc32cPortable(crc, at, bytes);
 #endif
+}
 
 // The payload's checksum matches, and no value is Inf or NaN: one pass
 // where the CPU has SSE4.2 (the payload is read once, not twice).
 std::optional<Reject> checkPayload(std::span<const std::byte> payload, std::uint32_t expected,
                                    bool isDouble) {
   const auto* at = reinterpret_cast<const unsigned char*>(payload.data());
-#if defined(__x86_64__)
-  if (hasSse42()) {
+  if (const CrcPath path = chosenPath().load(std::memory_order_relaxed);
+      path != CrcPath::Portable) {
     std::uint64_t flags = 0;
-    const std::uint32_t crc = ~crc32cHardware(~0u, at, payload.size(),
-                                              isDouble ? kDoubleExponents : kFloatExponents, flags);
+    const std::uint32_t crc = ~crc32cFlagged(path, ~0u, at, payload.size(),
+                                             isDouble ? kDoubleExponents : kFloatExponents, flags);
     if (crc != expected) return Reject::Checksum;
     return (flags & Exponents::kTopBits) != 0 ? std::optional(Reject::NonFinite) : std::nullopt;
   }
-#endif
   if (~crc32cPortable(~0u, at, payload.size()) != expected) return Reject::Checksum;
   if (!exponentsAllClear(payload, isDouble)) return Reject::NonFinite;
   return std::nullopt;
@@ -224,15 +335,27 @@ std::optional<Reject> checkPayload(std::span<const std::byte> payload, std::uint
 
 }  // namespace
 
+std::vector<CrcPath> crcPaths() {
+  std::vector<CrcPath> paths{CrcPath::Portable};
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("sse4.2")) paths.push_back(CrcPath::Sse42);
+  if (__builtin_cpu_supports("sse4.2") && __builtin_cpu_supports("pclmul") &&
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("vpclmulqdq"))
+    paths.push_back(CrcPath::Folding);
+#endif
+  return paths;
+}
+
+void useCrcPath(CrcPath path) {
+  chosenPath().store(path, std::memory_order_relaxed);
+}
+
 std::uint32_t checksum(const void* data, std::size_t bytes) {
   const auto* at = static_cast<const unsigned char*>(data);
-#if defined(__x86_64__)
-  if (hasSse42()) {
-    std::uint64_t unused = 0;
-    return ~crc32cHardware(~0u, at, bytes, Exponents{}, unused);
-  }
-#endif
-  return ~crc32cPortable(~0u, at, bytes);
+  const CrcPath path = chosenPath().load(std::memory_order_relaxed);
+  if (path == CrcPath::Portable) return ~crc32cPortable(~0u, at, bytes);
+  std::uint64_t unused = 0;
+  return ~crc32cFlagged(path, ~0u, at, bytes, Exponents{}, unused);
 }
 
 std::array<std::byte, kHeaderSize> encode(const Header& header) {

@@ -136,58 +136,78 @@ TEST_CASE("non-finite values are caught wherever they sit, float64 and misaligne
   }
 }
 
-TEST_CASE("float32 Inf and NaN are caught in every stream of the checksum's pass and its tail") {
-  // 4,099 floats: three interleaved streams over 16,392 bytes, whole words
-  // after them, and a last lone float; payloads at even and odd addresses.
-  const std::size_t dimension = 4099;
-  const wire::Expectation expect{0xabcdef, dimension, wire::Dtype::Float32};
-  std::vector<std::byte> storage(dimension * 4 + 1);
-  for (const std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
-    for (const std::size_t at :
-         {std::size_t{0}, std::size_t{1}, std::size_t{1366}, std::size_t{1367}, std::size_t{2733},
-          std::size_t{4097}, dimension - 1}) {
-      for (const float bad :
-           {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(),
-            std::numeric_limits<float>::max(), -0.0f}) {
-        CAPTURE(offset);
-        CAPTURE(at);
-        CAPTURE(bad);
-        std::vector<float> values(dimension, 3.0e38f);  // large but finite
-        values[at] = bad;
-        const std::span payload(storage.data() + offset, dimension * 4);
-        std::memcpy(payload.data(), values.data(), payload.size());
-        wire::Header header;
-        header.kind = wire::Kind::Estimate;
-        header.dimension = dimension;
-        header.topologyHash = 0xabcdef;
-        header.payloadBytes = payload.size();
-        header.checksum = wire::checksum(payload.data(), payload.size());
-        const bool finite = std::isfinite(bad);
-        CHECK(verdict(wire::encode(header), payload, expect) ==
-              (finite ? "accepted" : "non_finite"));
-        CHECK(wire::exponentsAllClear(payload, false) == finite);  // the portable pass agrees
-        header.checksum ^= 1;  // a bad checksum is that, whatever the values
-        CHECK(verdict(wire::encode(header), payload, expect) == "checksum");
+TEST_CASE("float32 Inf and NaN are caught in every part of the checksum's pass, on every path") {
+  // 4,099 floats: SSE4.2's three interleaved streams over 16,392 bytes,
+  // whole words after them, and a last lone float; folding's 128-byte blocks
+  // over 16,384 bytes and a 12-byte tail. 4,103 floats add one 16-byte block
+  // after the 128-byte ones. Payloads at even and odd addresses.
+  for (const wire::CrcPath path : wire::crcPaths()) {
+    wire::useCrcPath(path);
+    for (const std::size_t dimension : {std::size_t{4099}, std::size_t{4103}}) {
+      const wire::Expectation expect{0xabcdef, dimension, wire::Dtype::Float32};
+      std::vector<std::byte> storage(dimension * 4 + 1);
+      for (const std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+        for (const std::size_t at :
+             {std::size_t{0}, std::size_t{1}, std::size_t{31}, std::size_t{1366}, std::size_t{1367},
+              std::size_t{2733}, std::size_t{4097}, dimension - 1}) {
+          for (const float bad :
+               {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(),
+                std::numeric_limits<float>::max(), -0.0f}) {
+            CAPTURE(static_cast<int>(path));
+            CAPTURE(dimension);
+            CAPTURE(offset);
+            CAPTURE(at);
+            CAPTURE(bad);
+            std::vector<float> values(dimension, 3.0e38f);  // large but finite
+            values[at] = bad;
+            const std::span payload(storage.data() + offset, dimension * 4);
+            std::memcpy(payload.data(), values.data(), payload.size());
+            wire::Header header;
+            header.kind = wire::Kind::Estimate;
+            header.dimension = dimension;
+            header.topologyHash = 0xabcdef;
+            header.payloadBytes = payload.size();
+            header.checksum = wire::checksum(payload.data(), payload.size());
+            const bool finite = std::isfinite(bad);
+            CHECK(verdict(wire::encode(header), payload, expect) ==
+                  (finite ? "accepted" : "non_finite"));
+            CHECK(wire::exponentsAllClear(payload, false) == finite);  // the portable pass agrees
+            header.checksum ^= 1;  // a bad checksum is that, whatever the values
+            CHECK(verdict(wire::encode(header), payload, expect) == "checksum");
+          }
+        }
       }
     }
   }
+  wire::useCrcPath(wire::crcPaths().back());
 }
 
-TEST_CASE("checksum is CRC-32C, the same with and without SSE4.2") {
-  const std::string check = "123456789";
-  CHECK(wire::checksum(check.data(), check.size()) == 0xE3069283u);  // the standard check value
-  // Large payloads run three streams and combine them: sizes around that
-  // threshold (12,288 bytes), with and without a remainder.
-  std::vector<unsigned char> bytes(100003);
+TEST_CASE("checksum is CRC-32C, the same on every path this CPU has") {
+  // Sizes around each path's thresholds (folding from 256 bytes in blocks
+  // of 128 then 16; three SSE4.2 streams from 12,288), at odd addresses too.
+  std::vector<unsigned char> bytes(100004);
   for (std::size_t i = 0; i < bytes.size(); ++i)
     bytes[i] = static_cast<unsigned char>((i * 2654435761u) >> 13);
-  for (const std::size_t size :
-       {std::size_t{0}, std::size_t{1}, std::size_t{8}, std::size_t{1003}, std::size_t{12287},
-        std::size_t{12288}, std::size_t{12289}, std::size_t{12311}, std::size_t{65536},
-        std::size_t{99999}, bytes.size()}) {
-    CAPTURE(size);
-    CHECK(wire::checksum(bytes.data(), size) == ~wire::crc32cPortable(~0u, bytes.data(), size));
+  const std::string check = "123456789";
+  for (const wire::CrcPath path : wire::crcPaths()) {
+    CAPTURE(static_cast<int>(path));
+    wire::useCrcPath(path);
+    CHECK(wire::checksum(check.data(), check.size()) == 0xE3069283u);  // the standard check value
+    for (const std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+      for (const std::size_t size :
+           {std::size_t{0}, std::size_t{1}, std::size_t{8}, std::size_t{255}, std::size_t{256},
+            std::size_t{257}, std::size_t{271}, std::size_t{272}, std::size_t{383},
+            std::size_t{384}, std::size_t{1003}, std::size_t{12287}, std::size_t{12288},
+            std::size_t{12289}, std::size_t{12311}, std::size_t{65536}, std::size_t{99999},
+            bytes.size() - 1}) {
+        CAPTURE(offset);
+        CAPTURE(size);
+        CHECK(wire::checksum(bytes.data() + offset, size) ==
+              ~wire::crc32cPortable(~0u, bytes.data() + offset, size));
+      }
+    }
   }
+  wire::useCrcPath(wire::crcPaths().back());
 }
 
 TEST_CASE("checkpoints: newest valid wins, torn or corrupt ones are reported and skipped") {

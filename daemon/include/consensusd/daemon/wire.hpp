@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <variant>
+#include <vector>
 
 namespace consensusd::wire {
 
@@ -38,8 +39,15 @@ struct Header {
 };
 
 std::array<std::byte, kHeaderSize> encode(const Header& header);
-// CRC-32C (Castagnoli), with SSE4.2 where the CPU has it.
+// CRC-32C (Castagnoli): by carry-less multiplication folding where the CPU
+// has VPCLMULQDQ and AVX2, else three streams of SSE4.2's crc32, else a table.
 std::uint32_t checksum(const void* data, std::size_t bytes);
+// The ways this CPU can compute it, slowest first; every checksum and
+// validate() in the process takes the one chosen (by default the last).
+// Tests and benchmarks compare them.
+enum class CrcPath { Portable, Sse42, Folding };
+std::vector<CrcPath> crcPaths();
+void useCrcPath(CrcPath path);
 // The table-driven CRC-32C update (no final inversion), for other CPUs and tests.
 std::uint32_t crc32cPortable(std::uint32_t crc, const unsigned char* at, std::size_t bytes);
 // No Inf or NaN among the float32 (or float64) values: the separate pass for
