@@ -8,8 +8,6 @@
 namespace consensusd::data {
 namespace {
 
-constexpr std::size_t kEvalChunk = 1024;
-
 template <class Scalar>
 Scalar softplus(Scalar z) {
   return std::max(z, Scalar(0)) + std::log1p(std::exp(-std::abs(z)));

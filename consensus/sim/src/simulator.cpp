@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <queue>
 #include <thread>
 
@@ -162,6 +163,48 @@ class Gradients {
   std::vector<std::thread> threads_;
 };
 
+// The test accuracy of a model on every core: the test set in one part per
+// thread, cut at multiples of the model's evaluation chunk, so each part
+// predicts exactly what the whole would and the count of correct samples
+// does not depend on `threads`.
+class TestAccuracy {
+ public:
+  TestAccuracy(const data::ModelOptions& model, const data::Dataset& test, std::size_t threads)
+      : whole_(test) {
+    const std::size_t chunks = (test.size() + data::kEvalChunk - 1) / data::kEvalChunk;
+    const std::size_t perPart = (chunks + threads - 1) / threads * data::kEvalChunk;
+    if (threads > 1 && perPart < test.size()) {
+      for (std::size_t begin = 0; begin < test.size(); begin += perPart) {
+        std::vector<std::size_t> indices(std::min(perPart, test.size() - begin));
+        std::iota(indices.begin(), indices.end(), begin);
+        parts_.push_back(data::subset(test, indices));
+      }
+    }
+    for (std::size_t k = 0; k < std::max<std::size_t>(parts_.size(), 1); ++k)
+      models_.emplace_back(model);
+  }
+
+  double operator()(const Vector& params) {
+    if (parts_.empty()) return models_.front().evaluate(params, whole_).accuracy;
+    std::vector<double> correct(parts_.size());
+    const auto count = [&](std::size_t k) {
+      correct[k] = std::round(models_[k].evaluate(params, parts_[k]).accuracy *
+                              static_cast<double>(parts_[k].size()));
+    };
+    std::vector<std::thread> helpers;
+    for (std::size_t k = 1; k < parts_.size(); ++k) helpers.emplace_back(count, k);
+    count(0);
+    for (std::thread& helper : helpers) helper.join();
+    return std::accumulate(correct.begin(), correct.end(), 0.0) /
+           static_cast<double>(whole_.size());
+  }
+
+ private:
+  const data::Dataset& whole_;
+  std::vector<data::Dataset> parts_;  // empty: evaluate the whole here
+  std::vector<data::Model<float>> models_;
+};
+
 class Simulation {
  public:
   Simulation(const topology::Topology& topology, const data::TrainTest& data,
@@ -170,7 +213,8 @@ class Simulation {
         data_(data),
         shares_(shares),
         options_(options),
-        model_(options.model) {
+        model_(options.model),
+        testAccuracy_(options.model, data.test, std::max<std::size_t>(options.threads, 1)) {
     Vector initial(static_cast<Eigen::Index>(model_.dimension()));
     model_.initialize(initial, options.initSeed);
     for (std::size_t i = 0; i < topology.size(); ++i) {
@@ -358,7 +402,7 @@ class Simulation {
     average /= static_cast<float>(n);
     for (const Node& node : nodes_)
       row.consensusDistance += static_cast<double>((node.engine->params() - average).norm()) / n;
-    row.accuracy = model_.evaluate(average, data_.test).accuracy;
+    row.accuracy = testAccuracy_(average);
     row.minAccuracy = row.maxAccuracy = row.accuracy;
     if (nodeTest_) {
       row.minAccuracy = 1;
@@ -385,6 +429,7 @@ class Simulation {
   const std::vector<data::Dataset>& shares_;
   const SimOptions& options_;
   data::Model<float> model_;
+  TestAccuracy testAccuracy_;
   std::optional<data::Dataset> nodeTest_;
   std::vector<Node> nodes_;
   std::optional<Gradients> gradients_;  // after nodes_: its workers stop first

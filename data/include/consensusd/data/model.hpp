@@ -55,6 +55,10 @@ struct Batch {
 template <class Scalar>
 void gather(const Dataset& data, const std::vector<std::size_t>& indices, Batch<Scalar>& batch);
 
+// Model::evaluate runs the data set through in chunks of this many samples
+// from the first: a part cut at a multiple of it gives the same predictions.
+inline constexpr std::size_t kEvalChunk = 1024;
+
 struct Evaluation {
   double loss = 0.0;
   double accuracy = 0.0;  // NaN for least squares
