@@ -116,13 +116,13 @@ std::uint32_t multiplyModP(std::uint32_t a, std::uint32_t b) {
   return product;
 }
 
-// x^(8 * bytes) modulo the polynomial: multiplying a CRC register by it runs
-// `bytes` zero bytes through it.
-std::uint32_t zeroBytesOperator(std::size_t bytes) {
+// x^n modulo the polynomial, bit-reflected: multiplying a CRC register by
+// x^(8 * k) runs k zero bytes through it.
+std::uint32_t xPowerModP(std::uint64_t n) {
   std::uint32_t result = 1u << 31;  // 1
-  std::uint32_t power = 1u << 23;   // x^8: one byte
-  for (; bytes != 0; bytes >>= 1) {
-    if ((bytes & 1u) != 0) result = multiplyModP(power, result);
+  std::uint32_t power = 1u << 30;   // x
+  for (; n != 0; n >>= 1) {
+    if ((n & 1u) != 0) result = multiplyModP(power, result);
     power = multiplyModP(power, power);
   }
   return result;
@@ -172,7 +172,7 @@ __attribute__((target("sse4.2"))) std::uint32_t crc32cHardware(std::uint32_t crc
       c2 = _mm_crc32_u64(c2, w2);
       flags |= exponentFlags(w0, e) | exponentFlags(w1, e) | exponentFlags(w2, e);
     }
-    const std::uint32_t shift = zeroBytesOperator(8 * words);
+    const std::uint32_t shift = xPowerModP(64 * words);
     c = multiplyModP(shift, static_cast<std::uint32_t>(c)) ^ static_cast<std::uint32_t>(c1);
     c = multiplyModP(shift, static_cast<std::uint32_t>(c)) ^ static_cast<std::uint32_t>(c2);
     at = d;
@@ -191,17 +191,6 @@ __attribute__((target("sse4.2"))) std::uint32_t crc32cHardware(std::uint32_t crc
   return rest;
 }
 
-// x^n modulo the polynomial, bit-reflected.
-std::uint32_t xPowerModP(std::uint64_t n) {
-  std::uint32_t result = 1u << 31;  // 1
-  std::uint32_t power = 1u << 30;   // x
-  for (; n != 0; n >>= 1) {
-    if ((n & 1u) != 0) result = multiplyModP(power, result);
-    power = multiplyModP(power, power);
-  }
-  return result;
-}
-
 // Carry-less multiplication folding (Intel, "Fast CRC Computation for Generic
 // Polynomials Using PCLMULQDQ"), 256-bit wide: the CRC-32 instruction does 8
 // bytes a cycle at best, a vpclmulqdq pair folds 32. Take 128 bits of pending
@@ -210,6 +199,7 @@ std::uint32_t xPowerModP(std::uint64_t n) {
 // modulo P each product is a 64 x 32-bit carry-less product, so 128 bits
 // again. A reflected product comes out multiplied by x, hence x^(F+63) and
 // x^(F-1). What is left after the last fold is CRC'd as 16 message bytes.
+//
 // {x^(F+63), x^(F-1)} for a fold over F bits, each reflected into the top
 // half of a 64-bit clmul operand (bit j is x^(63-j)).
 struct FoldPair {
