@@ -103,7 +103,7 @@ def launch(args, shape, size, attempt, attach=False, ipc=False, binary=None):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", required=True)
-    parser.add_argument("--baseline", help="exchange_bench JSON (not with --attach)")
+    parser.add_argument("--baseline", help="exchange_bench JSON (not with --attach or --against)")
     parser.add_argument("--work", required=True)
     parser.add_argument("--sizes", default="64K,1M,16M")
     parser.add_argument("--launches", type=int, default=3)
@@ -120,7 +120,6 @@ def main():
         return peers(args)
     if args.against:
         return against(args)
-    zmq, mix = baseline(args.baseline)
     print(f"{'P':>2} {'d':>2} {'model':>7} {'B_x GB/s':>9} {'B_m GB/s':>9} "
           f"{'T ms':>9} {'T_ref ms':>9} {'E':>6}")
     for size in map(parse_size, args.sizes.split(",")):
@@ -128,10 +127,17 @@ def main():
             nodes, degree, _ = shape
             times = [launch(args, shape, size, a) for a in range(args.launches)]
             t = statistics.median(times)
-            b_x, b_m = zmq[size], mix[(size, degree)]
-            t_ref = nodes * size * (degree / b_x + (degree + 3) / b_m)
+            b_x, b_m, t_ref = reference(args, shape, size)
             print(f"{nodes:>2} {degree:>2} {label_of(size):>7} {b_x / 1e9:9.2f} {b_m / 1e9:9.2f} "
                   f"{t * 1e3:9.2f} {t_ref * 1e3:9.2f} {t_ref / t:6.2f}", flush=True)
+
+
+def reference(args, shape, size):
+    """B_x, B_m and T_ref = P m (d / B_x + (d + 3) / B_m) from exchange_bench's run."""
+    nodes, degree, _ = shape
+    zmq, mix = baseline(args.baseline)
+    b_x, b_m = zmq[size], mix[(size, degree)]
+    return b_x, b_m, nodes * size * (degree / b_x + (degree + 3) / b_m)
 
 
 def neighbour_file(run, topology):
@@ -186,9 +192,11 @@ def label_of(size):
 
 def peers(args):
     """consensusd against MPI (TCP) and gloo on the same exchange, one run;
-    then consensusd over ipc:// against MPI over shared memory (vader)."""
+    then consensusd over ipc:// against MPI over shared memory (vader). E and
+    E MPI: T_ref over consensusd's and MPI-TCP's time (the same reference)."""
     print(f"{'P':>2} {'d':>2} {'model':>7} {'MPI-TCP ms':>11} {'gloo ms':>9} {'consensusd ms':>14} "
-          f"{'/ MPI':>6} {'/ gloo':>7} {'MPI-shm ms':>11} {'ipc ms':>8} {'/ MPI-shm':>10}")
+          f"{'/ MPI':>6} {'/ gloo':>7} {'E':>5} {'E MPI':>6} {'MPI-shm ms':>11} {'ipc ms':>8} "
+          f"{'/ MPI-shm':>10}")
     for size in map(parse_size, args.sizes.split(",")):
         for shape in SHAPES:
             nodes, degree, _ = shape
@@ -200,8 +208,10 @@ def peers(args):
                 shm.append(peer_launch(args, shape, size, a, "mpi-shm"))
                 ipc.append(launch(args, shape, size, a, ipc=True))
             t_mpi, t_gloo, t, t_shm, t_ipc = (statistics.median(v) for v in (mpi, gloo, ours, shm, ipc))
+            t_ref = reference(args, shape, size)[2]
             print(f"{nodes:>2} {degree:>2} {label_of(size):>7} {t_mpi * 1e3:11.2f} {t_gloo * 1e3:9.2f} "
-                  f"{t * 1e3:14.2f} {t / t_mpi:6.2f} {t / t_gloo:7.2f} {t_shm * 1e3:11.2f} "
+                  f"{t * 1e3:14.2f} {t / t_mpi:6.2f} {t / t_gloo:7.2f} {t_ref / t:5.2f} "
+                  f"{t_ref / t_mpi:6.2f} {t_shm * 1e3:11.2f} "
                   f"{t_ipc * 1e3:8.2f} {t_ipc / t_shm:10.2f}", flush=True)
 
 

@@ -310,7 +310,7 @@ std::optional<nlohmann::json> answerRequest(const std::string& line, const Statu
     nlohmann::json rounds = nlohmann::json::array();
     for (auto it = snapshot->history.end() - static_cast<std::ptrdiff_t>(count);
          it != snapshot->history.end(); ++it) {
-      rounds.push_back(*it);
+      rounds.push_back(**it);
     }
     return nlohmann::json{{"ok", true}, {"history", rounds}};
   }

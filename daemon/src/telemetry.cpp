@@ -43,12 +43,13 @@ void Telemetry::onRecord(const consensus::RoundRecord& record) {
     pendingEvaluation_.reset();
   }
   write(line);
-  history_.push_back(std::move(line));
+  history_.push_back(std::make_shared<const nlohmann::json>(std::move(line)));
   while (history_.size() > kHistory) history_.pop_front();
   // Rounds per second over the history window (skips count as rounds).
-  const double span = history_.back()["t"].get<double>() - history_.front()["t"].get<double>();
-  const auto rounds =
-      history_.back()["next"].get<std::int64_t>() - history_.front()["next"].get<std::int64_t>();
+  const nlohmann::json& first = *history_.front();
+  const nlohmann::json& last = *history_.back();
+  const double span = last["t"].get<double>() - first["t"].get<double>();
+  const auto rounds = last["next"].get<std::int64_t>() - first["next"].get<std::int64_t>();
   rate_ = span > 0 ? static_cast<double>(rounds) / span : 0.0;
 }
 
@@ -77,7 +78,7 @@ void Telemetry::fill(StatusSnapshot& status) const {
   status.testLoss = testLoss_;
   status.consensusDistance = lastRecord_ ? lastRecord_->consensusDistance : 0;
   status.roundsPerSecond = rate_;
-  status.history = history_;
+  status.history = history_;  // pointers: a snapshot every 50 ms copies no JSON
   status.cutoffs = cutoffs_;
 }
 

@@ -53,7 +53,7 @@ class Telemetry {
   double accuracy_ = -1;
   double testLoss_ = -1;
   double rate_ = 0;
-  std::deque<nlohmann::json> history_;
+  std::deque<std::shared_ptr<const nlohmann::json>> history_;
   std::map<std::string, std::uint64_t> cutoffs_;  // rounds ended, by cut-off reason
 };
 

@@ -5,6 +5,7 @@
 // where only schema::InputError may come out.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "consensusd/config/load.hpp"
@@ -17,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     daemon::StatusSnapshot s;
     s.node = "n0";
     s.configYaml = "node:\n  id: n0\n";
-    s.history.resize(3);
+    for (int round = 0; round < 3; ++round)
+      s.history.push_back(std::make_shared<const nlohmann::json>(nlohmann::json{{"round", round}}));
     return s;
   }();
   const std::string line(reinterpret_cast<const char*>(data), size);

@@ -65,7 +65,7 @@ TEST_CASE("telemetry: EWMA, rate and evaluations follow the records") {
   CHECK(status.responders == 2);
   CHECK(status.consensusDistance == 0.5);
   CHECK(status.history.size() == 4);
-  CHECK(status.history.back()["accuracy"] == 0.75);
+  CHECK((*status.history.back())["accuracy"] == 0.75);
 }
 
 TEST_CASE("telemetry: each round says what ended it, and the status counts the reasons") {
@@ -83,7 +83,7 @@ TEST_CASE("telemetry: each round says what ended it, and the status counts the r
   telemetry.fill(status);
   CHECK(status.cutoffs ==
         std::map<std::string, std::uint64_t>{{"count", 2}, {"deadline", 1}, {"timeout", 1}});
-  CHECK(status.history[1]["cutoff"] == "deadline");
+  CHECK((*status.history[1])["cutoff"] == "deadline");
   CHECK(daemon::toJson(status)["cutoffs"]["count"] == 2);
   CHECK(daemon::prometheusText(status).find(
             "consensusd_round_cutoffs_total{node=\"\",reason=\"timeout\"} 1") != std::string::npos);
@@ -98,7 +98,7 @@ TEST_CASE("telemetry: the history is bounded and the metrics file gets every lin
     daemon::StatusSnapshot status;
     telemetry.fill(status);
     CHECK(status.history.size() == Telemetry::kHistory);
-    CHECK(status.history.front()["round"] == 250 - Telemetry::kHistory);
+    CHECK((*status.history.front())["round"] == 250 - Telemetry::kHistory);
     telemetry.writeSummary({{"final", true}});
   }
   const auto written = lines(path);

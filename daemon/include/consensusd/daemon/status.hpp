@@ -80,8 +80,9 @@ struct StatusSnapshot {
   std::map<std::string, std::uint64_t> sends;
   std::uint64_t connectionsClosed = 0;      // by peers or by ZeroMQ (oversized frames)
   std::vector<std::size_t> classHistogram;  // this node's training samples per class
-  std::deque<nlohmann::json> history;       // recent round records
-  std::string configYaml;                   // the effective config
+  // Recent round records, shared with the node (a snapshot copies pointers).
+  std::deque<std::shared_ptr<const nlohmann::json>> history;
+  std::string configYaml;  // the effective config
 };
 
 nlohmann::json toJson(const StatusSnapshot& status);
