@@ -21,6 +21,12 @@ GLOO_EXCHANGE = os.path.join(SOURCE, "tests", "bench", "peers", "gloo_exchange.p
 SHAPES = [(4, 2, ["ring"]), (8, 2, ["ring"]), (8, 4, ["random-regular", "--degree", "4"])]
 
 
+def measured_rounds(size):
+    """Rounds timed after the warm-up: rounds of 16 MiB swing by 2x one to the
+    next on this 2-core machine, so ten are too few; 64 MiB rounds are long."""
+    return 30 if size <= (16 << 20) else 10
+
+
 def parse_size(text):
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
@@ -55,7 +61,7 @@ def launch(args, shape, size, attempt, attach=False, ipc=False, binary=None):
         text = re.sub(r'tcp://127\.0\.0\.1:(\d+)',
                       lambda m: f"ipc://{run}/n{int(m.group(1)) - 7400}.ipc", open(topology).read())
         open(topology, "w").write(text)
-    measured = 30 if size <= (1 << 20) else 10
+    measured = measured_rounds(size)
     settings = [f"model.kind={'external' if attach else 'none'}", f"model.dimension={size // 4}", "data.dataset=synthetic-logistic",
                 "consensus.policy=all", "consensus.mailbox_depth=1", "train.eval_every_rounds=0",
                 f"train.rounds={WARMUP + measured + 1}", "checkpoint.every_rounds=0",
@@ -163,7 +169,7 @@ def peer_launch(args, shape, size, attempt, peer):
     subprocess.run([os.path.join(args.bin, "consensusctl"), "topology", "gen", *gen, "--nodes",
                     str(nodes), "-o", topology], check=True)
     neighbours = neighbour_file(run, topology)
-    measured = 30 if size <= (1 << 20) else 10
+    measured = measured_rounds(size)
     common = [str(size), str(measured), str(WARMUP), neighbours]
     if peer in ("mpi", "mpi-shm"):
         btl = "tcp,self" if peer == "mpi" else "vader,self"  # vader: OpenMPI's shared memory
