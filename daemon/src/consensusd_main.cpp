@@ -34,14 +34,16 @@ int blockStopSignals() {
 // Model-sized buffers (each received estimate, each round's snapshot) come
 // and go every round. glibc maps blocks from 128 KiB with mmap and returns
 // them on free, so every round faulted its pages in afresh (zeroed by the
-// kernel); kept in the heap up to glibc's largest threshold (32 MiB), freed
-// blocks are reused warm. One arena: ZeroMQ's I/O thread allocates the
-// messages the engine thread frees, and a thread's own arena (64 MiB heaps,
-// shrunk when free) would give their pages back each round too.
+// kernel: a quarter of the cycles at 64 MiB). No block is mmap'd (glibc caps
+// the threshold at 32 MiB, so only M_MMAP_MAX = 0 covers larger models):
+// freed blocks stay in the heap and are reused warm, and the heap's top is
+// given back only beyond 1 GiB free. One arena: ZeroMQ's I/O thread
+// allocates the messages the engine thread frees, and a thread's own arena
+// (64 MiB heaps, shrunk when free) would give their pages back each round too.
 void keepLargeBuffersWarm() {
   mallopt(M_ARENA_MAX, 1);
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 int runDaemon(const consensusd::config::LoadedConfig& loaded) {
