@@ -3,6 +3,7 @@ against the ZeroMQ and mixing rates measured in the same run, or beside MPI
 and gloo running the same exchange (--peers), or with trainers attached
 (--attach). Called by scripts/bench-rounds."""
 import argparse
+import functools
 import json
 import os
 import re
@@ -32,6 +33,7 @@ def parse_size(text):
     return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 
 
+@functools.lru_cache(maxsize=None)  # read once per run, not once per row
 def baseline(path):
     zmq, mix = {}, {}
     for b in json.load(open(path))["benchmarks"]:
