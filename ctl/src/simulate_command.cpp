@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -156,6 +157,32 @@ double median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
+// Seed by seed: the time `policy` took over the time `baseline` took with the same seed (the
+// same delays), mean and standard error over the seeds where both reached the target. Finer
+// than a ratio of medians, which sets two spreads side by side. No seeds: fewer than two pairs.
+struct SeedRatio {
+  double mean = 0;
+  double standardError = 0;
+  std::size_t seeds = 0;
+};
+
+SeedRatio seedRatio(const std::vector<std::optional<double>>& policy,
+                    const std::vector<std::optional<double>>& baseline) {
+  std::vector<double> ratios;
+  for (std::size_t i = 0; i < policy.size() && i < baseline.size(); ++i)
+    if (policy[i] && baseline[i] && *baseline[i] > 0) ratios.push_back(*policy[i] / *baseline[i]);
+  SeedRatio r;
+  if (ratios.size() < 2) return r;
+  r.seeds = ratios.size();
+  for (const double x : ratios) r.mean += x;
+  r.mean /= static_cast<double>(r.seeds);
+  double squares = 0;
+  for (const double x : ratios) squares += (x - r.mean) * (x - r.mean);
+  r.standardError =
+      std::sqrt(squares / static_cast<double>(r.seeds - 1) / static_cast<double>(r.seeds));
+  return r;
+}
+
 void writeCsv(const fs::path& path, const std::vector<sim::Sample>& samples) {
   std::ofstream out(path, std::ios::trunc);
   out << "time_s,mean_round,mean_loss,accuracy,min_accuracy,max_accuracy,consensus_distance,"
@@ -258,10 +285,14 @@ int runSimulate(const SimulateOptions& options) {
     return {median(reached), reached.size()};
   };
   std::optional<double> all, bestStatic;
+  std::string bestStaticName;
   for (const Policy& policy : policies) {
     const auto t = summary(smoothed[policy.name]).first;
     if (policy.name == "all") all = t;
-    if (policy.isStatic && t && (!bestStatic || *t < *bestStatic)) bestStatic = t;
+    if (policy.isStatic && t && (!bestStatic || *t < *bestStatic)) {
+      bestStatic = t;
+      bestStaticName = policy.name;
+    }
   }
   // The spread over seeds: fastest and slowest smoothed crossing among the seeds that got there.
   const auto range = [](const std::vector<std::optional<double>>& times) -> std::string {
@@ -272,11 +303,24 @@ int runSimulate(const SimulateOptions& options) {
     const auto [lo, hi] = std::minmax_element(reached.begin(), reached.end());
     return formatTime(*lo) + "-" + formatTime(*hi);
   };
+  // Each run's crossings, for comparing any two policies seed by seed (scripts/seed-ratio).
+  std::ofstream crossings(out / "crossings.csv", std::ios::trunc);
+  crossings << "policy,seed,first_s,smoothed_s\n";
+  for (const Policy& policy : policies)
+    for (std::size_t i = 0; i < seeds.size(); ++i) {
+      crossings << policy.name << ',' << seeds[i] << ',';
+      if (first[policy.name][i]) crossings << *first[policy.name][i];
+      crossings << ',';
+      if (smoothed[policy.name][i]) crossings << *smoothed[policy.name][i];
+      crossings << '\n';
+    }
+  if (!crossings) throw std::runtime_error("cannot write " + (out / "crossings.csv").string());
+
   std::ofstream csv(out / "summary.csv", std::ios::trunc);
   csv << "policy,seeds_reached,median_first_s,median_smoothed_s,speedup_vs_all,"
-         "vs_best_static,smoothed_range_s\n";
-  std::printf("\n%-14s %7s %10s %10s %12s %8s %12s\n", "policy", "reached", "first s", "smooth s",
-              "range s", "vs all", "vs best b");
+         "vs_best_static,smoothed_range_s,per_seed_vs_best_static,per_seed_standard_error\n";
+  std::printf("\n%-14s %7s %10s %10s %12s %8s %10s %16s\n", "policy", "reached", "first s",
+              "smooth s", "range s", "vs all", "vs best b", "per seed");
   for (const Policy& policy : policies) {
     const auto [firstMedian, reached] = summary(first[policy.name]);
     const auto smooth = summary(smoothed[policy.name]).first;
@@ -289,17 +333,31 @@ int runSimulate(const SimulateOptions& options) {
                                                [](const Policy& p) { return p.name == "all"; });
     const std::string vsAll =
         allMissed && smooth ? ">" + formatTime(options.timeS / *smooth) : ratio(all, smooth);
-    std::printf("%-14s %4zu/%-2zu %10s %10s %12s %8s %12s\n", policy.name.c_str(), reached,
+    SeedRatio perSeed;
+    if (!bestStaticName.empty())
+      perSeed = seedRatio(smoothed[policy.name], smoothed[bestStaticName]);
+    char perSeedText[48] = "-";
+    if (perSeed.seeds > 0)
+      std::snprintf(perSeedText, sizeof perSeedText, "%.3f +- %.3f", perSeed.mean,
+                    perSeed.standardError);
+    std::printf("%-14s %4zu/%-2zu %10s %10s %12s %8s %10s %16s\n", policy.name.c_str(), reached,
                 seeds.size(), formatTime(firstMedian).c_str(), formatTime(smooth).c_str(),
-                spread.c_str(), vsAll.c_str(), ratio(smooth, bestStatic).c_str());
+                spread.c_str(), vsAll.c_str(), ratio(smooth, bestStatic).c_str(), perSeedText);
     csv << policy.name << ',' << reached << ',' << formatTime(firstMedian) << ','
         << formatTime(smooth) << ',' << vsAll << ',' << ratio(smooth, bestStatic) << ',' << spread
-        << '\n';
+        << ',';
+    if (perSeed.seeds > 0)
+      csv << perSeed.mean << ',' << perSeed.standardError;
+    else
+      csv << ',';
+    csv << '\n';
   }
   std::printf(
       "\nvs all: speed-up over waiting for every neighbour (>1 is faster); vs best b: "
-      "time over the best static b (<=1.05 is the goal). Smoothed: first time the "
-      "mean of 5 samples reaches the target. CSVs in %s\n",
+      "time over the best static b (%s; <=1.05 is the goal); per seed: the same ratio seed by "
+      "seed, mean +- standard error. Smoothed: first time the mean of 5 samples reaches the "
+      "target. CSVs in %s\n",
+      bestStaticName.empty() ? "none reached the target" : bestStaticName.c_str(),
       out.string().c_str());
   return kExitOk;
 }
