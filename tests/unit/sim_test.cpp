@@ -243,10 +243,10 @@ TEST_CASE("first crossing, raw and smoothed") {
 TEST_CASE("two slow neighbours side by side do not pace the whole ring") {
   // Nodes 0 and 1 take 30 ms, the other four 10 ms; waiting for 1 of 2, 1 s.
   // Each slow node has one slow and one fast neighbour: skipping to the lower
-  // of its neighbours' rounds would never move it, and
-  // the lead bound would hold the fast nodes within max_lead rounds of its 33. The
-  // median of two is halfway between them: the slow pair skips toward the
-  // fast nodes, which run at nearly their own pace (100 rounds).
+  // of its neighbours' rounds would never move it, and the lead bound would
+  // hold the fast nodes within max_lead rounds of its 33. The median of two
+  // is halfway between them: the slow pair skips toward the fast nodes, which
+  // run at nearly their own pace (100 rounds).
   Setup setup("ring", 6);
   setup.options.stragglers.assign(6, {});
   setup.options.stragglers[0] = {straggler(consensus::StragglerKind::Constant, 20ms, 0ms)};
