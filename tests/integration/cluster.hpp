@@ -69,6 +69,15 @@ class Cluster {
     std::ifstream in(logs_[i]);
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   }
+  // The last `chars` of every node's log, for a failure's message.
+  std::string logTails(std::size_t chars = 1500) const {
+    std::string out;
+    for (std::size_t i = 0; i < nodes_; ++i) {
+      const std::string text = log(i);
+      out += "--- " + id(i) + "\n" + text.substr(text.size() > chars ? text.size() - chars : 0);
+    }
+    return out;
+  }
 
  private:
   std::size_t nodes_;

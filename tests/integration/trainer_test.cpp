@@ -23,6 +23,7 @@ using consensusd::testing::answers;
 using consensusd::testing::ask;
 using consensusd::testing::Child;
 using consensusd::testing::Cluster;
+using consensusd::testing::readText;
 using consensusd::testing::roundOf;
 using consensusd::testing::runProcess;
 using consensusd::testing::waitFor;
@@ -327,6 +328,7 @@ TEST_CASE("external trainers: a trainer killed mid-run leaves its node up, a new
   CHECK(cluster.child(0).running());
 
   Child again(trainerArgv(cluster, 0), cluster.path("again"));
+  INFO(cluster.logTails() << "--- the new trainer\n" << readText(cluster.path("again")));
   for (std::size_t i = 0; i < 3; ++i) REQUIRE(cluster.child(i).wait(120s) == std::optional<int>(0));
   const auto lines = linesOf(cluster.path("again"));
   REQUIRE_FALSE(lines.empty());
