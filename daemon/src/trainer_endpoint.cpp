@@ -158,24 +158,35 @@ void TrainerEndpoint::append(std::vector<zmq::pollitem_t>& items) {
 
 std::optional<TrainerUpdate> TrainerEndpoint::serve(std::span<const zmq::pollitem_t> items) {
   owner_.check();
-  if (items[0].revents & ZMQ_POLLIN) accept();
-  if (trainerFd_ < 0 || (items[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) == 0) return std::nullopt;
-  std::array<char, 4096> buffer{};
-  const ssize_t got = ::recv(trainerFd_, buffer.data(), buffer.size(), MSG_DONTWAIT);
-  if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
-    detach(got == 0 ? "closed the connection" : std::strerror(errno));
-    return std::nullopt;
-  }
-  if (got < 0) return std::nullopt;
-  input_.append(buffer.data(), static_cast<std::size_t>(got));
+  // The attached trainer first, to its end: a replacement knocking in the
+  // same poll (a restarted trainer) then finds the place free, not taken.
   std::optional<TrainerUpdate> update;
-  for (std::size_t end = input_.find('\n'); end != std::string::npos && trainerFd_ >= 0;
-       end = input_.find('\n')) {
-    const std::string line = input_.substr(0, end);
-    input_.erase(0, end + 1);
-    if (auto taken = handle(line)) update = taken;
+  if (trainerFd_ >= 0 && (items[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) != 0) update = read();
+  if (items[0].revents & ZMQ_POLLIN) accept();
+  return update;
+}
+
+std::optional<TrainerUpdate> TrainerEndpoint::read() {
+  std::array<char, 4096> buffer{};
+  std::optional<TrainerUpdate> update;
+  // A few reads at most: the lines each brought are handled before the
+  // next, which may find the trainer's end right behind its last line.
+  for (int reads = 0; reads < 4 && trainerFd_ >= 0; ++reads) {
+    const ssize_t got = ::recv(trainerFd_, buffer.data(), buffer.size(), MSG_DONTWAIT);
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+      detach(got == 0 ? "closed the connection" : std::strerror(errno));
+      break;
+    }
+    if (got < 0) break;
+    input_.append(buffer.data(), static_cast<std::size_t>(got));
+    for (std::size_t end = input_.find('\n'); end != std::string::npos && trainerFd_ >= 0;
+         end = input_.find('\n')) {
+      const std::string line = input_.substr(0, end);
+      input_.erase(0, end + 1);
+      if (auto taken = handle(line)) update = taken;
+    }
+    if (trainerFd_ >= 0 && input_.size() > kMaxLine) detach("sent a line longer than 4096 bytes");
   }
-  if (trainerFd_ >= 0 && input_.size() > kMaxLine) detach("sent a line longer than 4096 bytes");
   return update;
 }
 

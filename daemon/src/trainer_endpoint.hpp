@@ -86,9 +86,10 @@ class TrainerEndpoint {
 
  private:
   void accept();
+  // The attached trainer's lines, read and handled; its end detaches it.
+  std::optional<TrainerUpdate> read();
   void refuse(int fd, const std::string& why);
   void detach(const std::string& why);
-  void readLines();
   std::optional<TrainerUpdate> handle(const std::string& line);
   std::optional<TrainerUpdate> handleMessage(const nlohmann::json& message);
   void reject(const std::string& reason);

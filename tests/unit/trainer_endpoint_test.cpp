@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -188,6 +189,22 @@ TEST_CASE("trainer endpoint: one trainer at a time, and it must match the node")
   const json mismatch = wrong.receive(endpoint);
   CHECK(mismatch["message"] == "this node trains 4 float32 parameters; the trainer has 4 float64");
   CHECK(endpoint.status().refused == 2);
+}
+
+TEST_CASE("trainer endpoint: a trainer replacing one that just died is taken, not refused") {
+  // A restarted trainer (torchrun, systemd) connects as soon as the old one
+  // is gone: the old connection's end must count before the new one knocks.
+  TempDir dir;
+  TrainerEndpoint endpoint(options(dir));
+  auto first = std::make_unique<Client>(dir.path() + "/t.sock");
+  first->send({{"type", "hello"}, {"dimension", kDimension}, {"dtype", "float32"}});
+  CHECK(first->receive(endpoint)["type"] == "welcome");
+  first.reset();  // closed, not yet served
+  Client second(dir.path() + "/t.sock");
+  second.send({{"type", "hello"}, {"dimension", kDimension}, {"dtype", "float32"}});
+  CHECK(second.receive(endpoint)["type"] == "welcome");
+  CHECK(endpoint.status().attached);
+  CHECK(endpoint.status().refused == 0);
 }
 
 TEST_CASE("trainer endpoint: fields of the wrong type or out of range are rejected, not thrown") {
