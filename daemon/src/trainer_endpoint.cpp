@@ -147,7 +147,7 @@ void TrainerEndpoint::welcomeHeld() {
 void TrainerEndpoint::announce() {
   if (trainerFd_ < 0 || !welcomed_ || holdWelcome_ || !round_ || announced_) return;
   send(nlohmann::json({{"type", "round"}, {"round", *round_}}).dump());
-  announced_ = true;
+  announced_ = trainerFd_ >= 0;  // a failed send detached it: the next trainer gets the round
 }
 
 void TrainerEndpoint::append(std::vector<zmq::pollitem_t>& items) {
@@ -251,8 +251,10 @@ void TrainerEndpoint::send(const std::string& line, int passFd) {
     std::memcpy(CMSG_DATA(header), &passFd, sizeof(int));
   }
   // Lines are short: a socket buffer too full for one is a trainer that stopped reading.
-  if (::sendmsg(trainerFd_, &message, MSG_NOSIGNAL | MSG_DONTWAIT) !=
-      static_cast<ssize_t>(text.size()))
+  const ssize_t sent = ::sendmsg(trainerFd_, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (sent < 0 && errno != EAGAIN)
+    detach(std::strerror(errno));  // gone: EPIPE, ECONNRESET
+  else if (sent != static_cast<ssize_t>(text.size()))
     detach("does not read its socket");
 }
 

@@ -207,6 +207,25 @@ TEST_CASE("trainer endpoint: a trainer replacing one that just died is taken, no
   CHECK(endpoint.status().refused == 0);
 }
 
+TEST_CASE("trainer endpoint: a trainer found gone by a send leaves the round for the next one") {
+  // A trainer killed between two rounds: the daemon learns it when the next
+  // round's announcement fails, and that round must still go to its successor.
+  TempDir dir;
+  TrainerEndpoint endpoint(options(dir));
+  auto first = std::make_unique<Client>(dir.path() + "/t.sock");
+  first->send({{"type", "hello"}, {"dimension", kDimension}, {"dtype", "float32"}});
+  CHECK(first->receive(endpoint)["type"] == "welcome");
+  first.reset();
+  endpoint.publish(5, bytesOf({1, 2, 3, 4}));  // its send fails: detached here
+  CHECK_FALSE(endpoint.status().attached);
+  Client second(dir.path() + "/t.sock");
+  second.send({{"type", "hello"}, {"dimension", kDimension}, {"dtype", "float32"}});
+  CHECK(second.receive(endpoint)["type"] == "welcome");
+  const json round = second.receive(endpoint);
+  CHECK(round["type"] == "round");
+  CHECK(round["round"] == 5);
+}
+
 TEST_CASE("trainer endpoint: fields of the wrong type or out of range are rejected, not thrown") {
   TempDir dir;
   TrainerEndpoint endpoint(options(dir));
