@@ -5,9 +5,11 @@
 
 #include <unistd.h>
 
+#include <deque>
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -69,12 +71,20 @@ class Cluster {
     std::ifstream in(logs_[i]);
     return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   }
-  // The last `chars` of every node's log, for a failure's message.
-  std::string logTails(std::size_t chars = 1500) const {
+  // Every node's last `count` log lines other than its periodic progress
+  // ("round N  loss ..."), which a stalled node repeats: for a failure's message.
+  std::string logTails(std::size_t count = 30) const {
     std::string out;
     for (std::size_t i = 0; i < nodes_; ++i) {
-      const std::string text = log(i);
-      out += "--- " + id(i) + "\n" + text.substr(text.size() > chars ? text.size() - chars : 0);
+      std::istringstream in(log(i));
+      std::deque<std::string> kept;
+      for (std::string line; std::getline(in, line);) {
+        if (line.find(" info round ") != std::string::npos) continue;
+        kept.push_back(line);
+        if (kept.size() > count) kept.pop_front();
+      }
+      out += "--- " + id(i) + "\n";
+      for (const std::string& line : kept) out += line + "\n";
     }
     return out;
   }

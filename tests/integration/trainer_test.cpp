@@ -328,7 +328,10 @@ TEST_CASE("external trainers: a trainer killed mid-run leaves its node up, a new
   CHECK(cluster.child(0).running());
 
   Child again(trainerArgv(cluster, 0), cluster.path("again"));
-  INFO(cluster.logTails() << "--- the new trainer\n" << readText(cluster.path("again")));
+  INFO(cluster.logTails() << "--- n0's trainer status\n"
+                          << trainerStatus(cluster, 0).dump() << "\n--- the new trainer"
+                          << (again.running() ? " (running)\n" : " (exited)\n")
+                          << readText(cluster.path("again")));
   for (std::size_t i = 0; i < 3; ++i) REQUIRE(cluster.child(i).wait(120s) == std::optional<int>(0));
   const auto lines = linesOf(cluster.path("again"));
   REQUIRE_FALSE(lines.empty());
