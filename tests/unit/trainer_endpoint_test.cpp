@@ -81,6 +81,11 @@ struct Client {
     pending.erase(0, line.size() + 1);
     return json::parse(line);
   }
+  // The hello of a float32 trainer of kDimension parameters, and the answer.
+  json hello(TrainerEndpoint& endpoint) {
+    send({{"type", "hello"}, {"dimension", kDimension}, {"dtype", "float32"}});
+    return receive(endpoint);
+  }
   std::optional<TrainerUpdate> serve(TrainerEndpoint& endpoint) const {
     std::vector<zmq::pollitem_t> items;
     endpoint.append(items);
@@ -197,12 +202,10 @@ TEST_CASE("trainer endpoint: a trainer replacing one that just died is taken, no
   TempDir dir;
   TrainerEndpoint endpoint(options(dir));
   auto first = std::make_unique<Client>(dir.path() + "/t.sock");
-  first->send({{"type", "hello"}, {"dimension", kDimension}, {"dtype", "float32"}});
-  CHECK(first->receive(endpoint)["type"] == "welcome");
+  CHECK(first->hello(endpoint)["type"] == "welcome");
   first.reset();  // closed, not yet served
   Client second(dir.path() + "/t.sock");
-  second.send({{"type", "hello"}, {"dimension", kDimension}, {"dtype", "float32"}});
-  CHECK(second.receive(endpoint)["type"] == "welcome");
+  CHECK(second.hello(endpoint)["type"] == "welcome");
   CHECK(endpoint.status().attached);
   CHECK(endpoint.status().refused == 0);
 }
@@ -213,14 +216,12 @@ TEST_CASE("trainer endpoint: a trainer found gone by a send leaves the round for
   TempDir dir;
   TrainerEndpoint endpoint(options(dir));
   auto first = std::make_unique<Client>(dir.path() + "/t.sock");
-  first->send({{"type", "hello"}, {"dimension", kDimension}, {"dtype", "float32"}});
-  CHECK(first->receive(endpoint)["type"] == "welcome");
+  CHECK(first->hello(endpoint)["type"] == "welcome");
   first.reset();
   endpoint.publish(5, bytesOf({1, 2, 3, 4}));  // its send fails: detached here
   CHECK_FALSE(endpoint.status().attached);
   Client second(dir.path() + "/t.sock");
-  second.send({{"type", "hello"}, {"dimension", kDimension}, {"dtype", "float32"}});
-  CHECK(second.receive(endpoint)["type"] == "welcome");
+  CHECK(second.hello(endpoint)["type"] == "welcome");
   const json round = second.receive(endpoint);
   CHECK(round["type"] == "round");
   CHECK(round["round"] == 5);
