@@ -25,6 +25,10 @@ const char* cutoffName(CutoffReason reason) {
 namespace {
 
 constexpr std::int64_t kMaxRound = std::numeric_limits<std::int64_t>::max();
+// The curvature's sample: every value of a model up to this size, every
+// stride-th of a larger one (the ratio of two sums over the same
+// coordinates: a model of 100M parameters keeps 8 MB, not 800).
+constexpr Eigen::Index kCurvatureSample = Eigen::Index{1} << 20;
 
 // a + b for b >= 0, saturating: a round from the wire may be anything.
 std::int64_t addSaturating(std::int64_t a, std::int64_t b) {
@@ -68,13 +72,16 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
                       reach,
                       {},
                       {},
+                      {},
+                      {},
                       {}});
   }
-  // Five buffers of one size, rotated by swaps each round: no allocation, no copy.
+  // Model-sized buffers: x_k and x_hat, rotated by a swap each round, and
+  // the update (no allocation, no copy per round).
   mixed_ = std::make_shared<Vector>(params_->size());
   gradient_.setZero(params_->size());  // zeros: swapGradient hands these out
-  previousParams_ = std::make_shared<Vector>(params_->size());
-  previousGradient_.setZero(params_->size());
+  sampleStride_ =
+      std::max<Eigen::Index>(1, (params_->size() + kCurvatureSample - 1) / kCurvatureSample);
 }
 
 template <class Scalar>
@@ -222,6 +229,7 @@ Receipt RoundEngine<Scalar>::onEstimate(std::size_t node, std::int64_t round, co
   if (const auto* refused = std::get_if<Receipt>(&admitted)) return *refused;
   const std::size_t index = std::get<std::size_t>(admitted);
   Slot& slot = slots_[index];
+  if (slot.arriving && *slot.arriving <= round) slot.arriving.reset();  // here whole
   const Receipt receipt = slot.mailbox.store(round, values, now, oldestUseful(), std::move(owner));
   if (receipt == Receipt::Stored || receipt == Receipt::Stale) {
     // Too old to mix or not, it completes the record of the rounds it was due
@@ -327,6 +335,36 @@ Receipt RoundEngine<Scalar>::onKeepAlive(std::size_t node, std::int64_t round, T
 }
 
 template <class Scalar>
+Receipt RoundEngine<Scalar>::onArriving(std::size_t node, std::int64_t round, Time now) {
+  const auto admitted = admit(node, round, now);
+  if (const auto* refused = std::get_if<Receipt>(&admitted)) return *refused;
+  Slot& slot = slots_[std::get<std::size_t>(admitted)];
+  slot.arriving = round;
+  slot.arrivingAt = now;
+  return Receipt::Stored;
+}
+
+template <class Scalar>
+bool RoundEngine<Scalar>::usableArriving(Time now) const {
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    const Slot& slot = slots_[s];
+    if (slot.arriving && *slot.arriving >= oldestUseful() &&
+        now - slot.arrivingAt < options_.peerTimeout && !suspect(s, now) &&
+        usable(slot, round_) == nullptr)
+      return true;
+  }
+  return false;
+}
+
+template <class Scalar>
+typename RoundEngine<Scalar>::Vector RoundEngine<Scalar>::takeSpentUpdate() {
+  if (phase_ != Phase::Idle) return {};
+  Vector spent;
+  spent.swap(gradient_);
+  return spent;
+}
+
+template <class Scalar>
 std::variant<std::size_t, Receipt> RoundEngine<Scalar>::admit(std::size_t node, std::int64_t round,
                                                               Time now) {
   const std::optional<std::size_t> index = slotOf(node);
@@ -349,7 +387,8 @@ std::optional<CutoffReason> RoundEngine<Scalar>::cutoffReached(Time now) const {
       responders >= std::min(options_.minResponders, live)) {
     return CutoffReason::Timeout;
   }
-  if (now >= roundStart_ + options_.hardDeadline) return CutoffReason::Deadline;
+  if (now >= roundStart_ + options_.hardDeadline && !usableArriving(now))
+    return CutoffReason::Deadline;
   return std::nullopt;
 }
 
@@ -412,8 +451,10 @@ std::optional<Time> RoundEngine<Scalar>::nextWakeup(Time now) const {
   const auto consider = [&](Time t) {
     if (t > now && (!next || t < *next)) next = t;
   };
-  for (std::size_t s = 0; s < slots_.size(); ++s)
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
     consider(slots_[s].lastHeard + options_.peerTimeout);
+    if (slots_[s].arriving) consider(slots_[s].arrivingAt + options_.peerTimeout);
+  }
   if (phase_ != Phase::Idle) consider(roundStart_ + options_.hardDeadline);
   if (phase_ == Phase::Running && decision_.cutoff) consider(roundStart_ + *decision_.cutoff);
   return next;
@@ -466,7 +507,6 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   }
   const Vector& params = *params_;
   Vector& mixed = writable(mixed_);
-  const Vector& previousParams = *previousParams_;
   const auto dimension = static_cast<std::size_t>(params.size());
   // The gradient at x_k: the update itself, or a delta's probe; none for a
   // delta alone (the dynamic rule then has no gradient statistics).
@@ -517,16 +557,31 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
 
   // Curvature along the path for L (only the dynamic policy reads it: two
   // passes over the parameters saved for the others), then the step.
-  if (havePrevious_ && g != nullptr && options_.policy.kind == PolicyKind::Dynamic) {
+  const bool dynamic = options_.policy.kind == PolicyKind::Dynamic;
+  if (havePrevious_ && g != nullptr && dynamic) {
     // (g_k - g_{k-1}) . (x_k - x_{k-1}) carries +eta sigma^2 / B from the
-    // minibatch noise of g_{k-1}, which also moved x: take it out.
+    // minibatch noise of g_{k-1}, which also moved x: take it out. On a
+    // sample, both sums scale by the stride.
     const double noise = previousEta_ * previousVariance_ /
                          static_cast<double>(std::max<std::size_t>(options_.batchSize, 1));
-    const double curvature =
-        static_cast<double>((*g - previousGradient_).dot(params - previousParams)) - noise;
-    gradients_.recordStep(curvature, static_cast<double>((params - previousParams).squaredNorm()));
+    const auto scale = static_cast<double>(sampleStride_);
+    double dot = 0;
+    double stepSq = 0;
+    if (sampleStride_ == 1) {  // contiguous: vectorised
+      dot = static_cast<double>((*g - previousGradient_).dot(params - previousParams_));
+      stepSq = static_cast<double>((params - previousParams_).squaredNorm());
+    } else {
+      const Eigen::Index n = previousParams_.size();
+      const auto stride = Eigen::InnerStride<>(sampleStride_);
+      const Eigen::Map<const Vector, 0, Eigen::InnerStride<>> x(params.data(), n, stride);
+      const Eigen::Map<const Vector, 0, Eigen::InnerStride<>> gk(g->data(), n, stride);
+      dot = static_cast<double>((gk - previousGradient_).dot(x - previousParams_));
+      stepSq = static_cast<double>((x - previousParams_).squaredNorm());
+    }
+    gradients_.recordStep(scale * dot - noise, scale * stepSq);
   }
-  havePrevious_ = g != nullptr;
+  havePrevious_ = g != nullptr && dynamic;
+  if (havePrevious_) keepCurvatureSample(params, *g);
   gradients_.record(stats_.gradNormSq, stats_.sampleVariance);
   previousEta_ = record.learningRate;
   previousVariance_ = stats_.sampleVariance;
@@ -537,9 +592,6 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
       mixed += gradient_;
     }
   }
-  // Keep x_k and g_k for the next curvature sample, without copying.
-  previousParams_.swap(params_);
-  if (g != nullptr) previousGradient_.swap(*g);
   params_.swap(mixed_);
 
   record.skipped = skip.has_value();
@@ -551,6 +603,19 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     slot.decisions.erase(slot.decisions.begin(), slot.decisions.lower_bound(round_));
   }
   return record;
+}
+
+template <class Scalar>
+void RoundEngine<Scalar>::keepCurvatureSample(const Vector& params, const Vector& gradient) {
+  if (sampleStride_ == 1) {
+    previousParams_ = params;  // sized once, then copied into
+    previousGradient_ = gradient;
+    return;
+  }
+  const Eigen::Index n = (params.size() + sampleStride_ - 1) / sampleStride_;
+  const auto stride = Eigen::InnerStride<>(sampleStride_);
+  previousParams_ = Eigen::Map<const Vector, 0, Eigen::InnerStride<>>(params.data(), n, stride);
+  previousGradient_ = Eigen::Map<const Vector, 0, Eigen::InnerStride<>>(gradient.data(), n, stride);
 }
 
 template <class Scalar>

@@ -74,16 +74,17 @@ void printStatus(const nlohmann::json& s) {
 }
 
 void printNeighbors(const nlohmann::json& list) {
-  std::printf("%-10s %-8s %10s %10s %8s %8s %6s %6s %6s %8s %7s\n", "neighbor", "state",
+  std::printf("%-10s %-8s %10s %10s %8s %8s %6s %6s %6s %8s %7s %9s %10s\n", "neighbor", "state",
               "last round", "median ms", "p90 ms", "on time", "late", "stale", "dup", "rejected",
-              "mixed");
+              "mixed", "in Mbit/s", "transfer s");
   for (const auto& n : list) {
-    std::printf("%-10s %-8s %10lld %10.2f %8.2f %8llu %6llu %6llu %6llu %8llu %7llu\n",
+    std::printf("%-10s %-8s %10lld %10.2f %8.2f %8llu %6llu %6llu %6llu %8llu %7llu %9.1f %10.2f\n",
                 n.value("id", "?").c_str(), n.value("state", "?").c_str(),
                 static_cast<long long>(n.value("last_round", -1LL)),
                 n.value("median_arrival_ms", 0.0), n.value("p90_arrival_ms", 0.0),
                 n.value("on_time", 0ULL), n.value("late", 0ULL), n.value("stale", 0ULL),
-                n.value("duplicate", 0ULL), n.value("rejected", 0ULL), n.value("mixed", 0ULL));
+                n.value("duplicate", 0ULL), n.value("rejected", 0ULL), n.value("mixed", 0ULL),
+                n.value("bytes_per_s", 0.0) * 8 / 1e6, n.value("transfer_ms", 0.0) / 1000);
   }
 }
 
@@ -112,9 +113,10 @@ int runTop(const TopOptions& options) {
   for (;;) {
     nlohmann::json all = nlohmann::json::array();
     std::string table;
-    char line[256];
-    std::snprintf(line, sizeof line, "%-8s %8s %9s %8s %8s %5s %5s %5s %8s  %s\n", "node", "round",
-                  "rounds/s", "loss", "acc", "b", "resp", "susp", "rejects", "state");
+    char line[320];
+    std::snprintf(line, sizeof line, "%-8s %8s %9s %8s %8s %5s %5s %5s %8s %9s %10s  %s\n", "node",
+                  "round", "rounds/s", "loss", "acc", "b", "resp", "susp", "rejects", "in Mbit/s",
+                  "transfer s", "state");
     table += line;
     for (const topology::NodeSpec& node : graph.nodes()) {
       const std::string path =
@@ -127,21 +129,30 @@ int runTop(const TopOptions& options) {
       }
       all.push_back(s);
       if (!s.value("ok", false)) {
-        std::snprintf(line, sizeof line, "%-8s %8s %9s %8s %8s %5s %5s %5s %8s  %s\n",
-                      node.id.c_str(), "-", "-", "-", "-", "-", "-", "-", "-", "unreachable");
+        std::snprintf(line, sizeof line, "%-8s %8s %9s %8s %8s %5s %5s %5s %8s %9s %10s  %s\n",
+                      node.id.c_str(), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
+                      "unreachable");
         table += line;
         continue;
       }
       std::uint64_t rejects = 0;
       for (const auto& [reason, count] : s["rejects"].items())
         rejects += count.get<std::uint64_t>();
-      std::snprintf(line, sizeof line, "%-8s %8lld %9.1f %8s %8s %5lld %5zu %5zu %8llu  %s\n",
-                    node.id.c_str(), static_cast<long long>(s.value("round", 0LL)),
-                    s.value("rounds_per_s", 0.0), fixed(s.value("loss", -1.0), 4).c_str(),
-                    fixed(s.value("accuracy", -1.0), 4).c_str(),
-                    static_cast<long long>(s.value("backups", 0LL)),
-                    s.value("responders", std::size_t{0}), s.value("suspects", std::size_t{0}),
-                    static_cast<unsigned long long>(rejects), state(s).c_str());
+      // What comes in from all neighbours, and the slowest last estimate.
+      double inBytesPerS = 0;
+      double transferMs = 0;
+      for (const auto& n : s.value("neighbors", nlohmann::json::array())) {
+        inBytesPerS += n.value("bytes_per_s", 0.0);
+        transferMs = std::max(transferMs, n.value("transfer_ms", 0.0));
+      }
+      std::snprintf(
+          line, sizeof line, "%-8s %8lld %9.1f %8s %8s %5lld %5zu %5zu %8llu %9.1f %10.2f  %s\n",
+          node.id.c_str(), static_cast<long long>(s.value("round", 0LL)),
+          s.value("rounds_per_s", 0.0), fixed(s.value("loss", -1.0), 4).c_str(),
+          fixed(s.value("accuracy", -1.0), 4).c_str(),
+          static_cast<long long>(s.value("backups", 0LL)), s.value("responders", std::size_t{0}),
+          s.value("suspects", std::size_t{0}), static_cast<unsigned long long>(rejects),
+          inBytesPerS * 8 / 1e6, transferMs / 1000, state(s).c_str());
       table += line;
     }
     if (options.json) {

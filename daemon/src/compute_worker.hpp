@@ -103,8 +103,10 @@ class ComputeWorker {
   }
 
   // A gradient buffer back from the engine, for the next job: at 16 MiB a
-  // fresh one per round costs an allocation and page faults.
+  // fresh one per round costs an allocation and page faults. An empty one
+  // (the engine had none to give) leaves the spare as it is.
   void recycle(Vector buffer) {
+    if (buffer.size() == 0) return;
     const std::lock_guard lock(mutex_);
     spare_ = std::move(buffer);
   }

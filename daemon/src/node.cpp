@@ -190,11 +190,13 @@ class Runner {
         topology_, self_, engineOptions_, config::schedule(cfg_), cfg_.train.momentum,
         std::move(params), now(), firstRound);
     if (velocity.size() > 0 && cfg_.train.momentum > 0) engine_->restoreVelocity(velocity);
+    if (worker_)
+      worker_->recycle(engine_->takeSpentUpdate());  // its zeros: the one gradient buffer
   }
 
   void receive() {
     for (int budget = 0; budget < 256; ++budget) {
-      auto received = transport_->receive();
+      auto received = transport_->receive(now());
       if (!received) return;
       if (auto* message = std::get_if<Inbound>(&*received))
         transport_->settle(*message, deliver(*message), now());
@@ -204,6 +206,7 @@ class Runner {
   // A validated message to the engine, which checks its round first.
   consensus::Receipt deliver(const Inbound& message) {
     const wire::Header& h = message.header;
+    if (message.partial) return engine_->onArriving(message.from, h.round, now());
     switch (h.kind) {
       case wire::Kind::Estimate: {
         const std::span<const std::byte> payload = message.bytes();
@@ -213,11 +216,13 @@ class Runner {
           std::memcpy(aligned_.data(), payload.data(), payload.size());
           return engine_->onEstimate(message.from, h.round, aligned_.data(), now());  // copied
         }
-        // Kept in place: the mailbox holds the received message, no copy.
-        return engine_->onEstimate(message.from, h.round, values, now(), message.payload);
+        // Kept in place: the mailbox holds the received message (or the
+        // neighbour's receive buffer), no copy.
+        return engine_->onEstimate(message.from, h.round, values, now(), message.owner);
       }
       case wire::Kind::Decision:
         return engine_->onDecision(message.from, h.round, h.flags == 1, now());
+      case wire::Kind::Ready:  // the transport's own: never handed out
       case wire::Kind::Hello:
       case wire::Kind::Bye:
         // A keep-alive: the engine hears from the peer without an estimate.
@@ -279,6 +284,8 @@ class Runner {
   }
   void finished(const consensus::RoundRecord& record) {
     finishedRound_ = true;
+    // One gradient buffer: back to the compute thread for the next round.
+    if (worker_) worker_->recycle(engine_->takeSpentUpdate());
     telemetry_.onRecord(record);
     const std::int64_t every = cfg_.checkpoint.everyRounds;
     if (every > 0 && record.nextRound / every != record.round / every) trySaveCheckpoint();
@@ -343,6 +350,10 @@ class Runner {
       n.duplicate = c.duplicate;
       n.mixed = c.mixed;
       n.rejected = traffic.rejectedFrom.at(node);
+      const Inflow inflow = transport_->inflow(node);
+      n.receivedBytes = inflow.bytes;
+      n.bytesPerSecond = inflow.bytesPerSecond;
+      n.transferMs = ms(inflow.transfer);
       status->neighbors.push_back(n);
     }
     status->accepted = traffic.accepted;
@@ -371,12 +382,12 @@ class Runner {
       const Time t = now();
       transport_->sendDue(t);
       if (t >= nextHello) {
-        transport_->sendControl(wire::Kind::Hello, engine_->round(), 0, std::nullopt, t);
+        transport_->keepAlive(engine_->round(), t);
         nextHello = t + helloEvery;
       }
       if (auto result = worker_ ? worker_->take() : std::nullopt) {
         engine_->swapGradient(result->round, result->gradient, result->loss, result->stats, t);
-        worker_->recycle(std::move(result->gradient));
+        worker_->recycle(std::move(result->gradient));  // what the engine held: often none
         if (result->evaluation) telemetry_.onEvaluation(result->round, *result->evaluation);
       }
       applyHeldUpdate(t);
@@ -384,7 +395,8 @@ class Runner {
       if (stopping_) break;
       finishedRound_ = false;
       const std::optional<Time> engineWake = consensus::step(*engine_, t, *this);
-      if (stopping_) break;  // a stop condition came with the round
+      transport_->offerBuffers(t);  // a round may have let go of estimates
+      if (stopping_) break;         // a stop condition came with the round
       if (finishedRound_ && t >= nextStatus_) {
         publishStatus();
         nextStatus_ = t + kStatusEvery;
@@ -430,7 +442,7 @@ class Runner {
     transport_->append(items);
     zmq::poll(items, std::max(timeout, std::chrono::milliseconds(0)));
     if (trainer_) serveTrainer(std::span(items).subspan(3, 2));
-    if (transport_->serve(std::span(items).subspan(transportAt))) receive();
+    if (transport_->serve(std::span(items).subspan(transportAt), now())) receive();
     if (items[1].revents & ZMQ_POLLIN) {
       signalfd_siginfo info{};
       [[maybe_unused]] const ssize_t n = ::read(signalFd_, &info, sizeof info);

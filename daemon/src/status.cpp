@@ -15,7 +15,10 @@ nlohmann::json neighborsJson(const StatusSnapshot& status) {
                     {"stale", n.stale},
                     {"duplicate", n.duplicate},
                     {"rejected", n.rejected},
-                    {"mixed", n.mixed}});
+                    {"mixed", n.mixed},
+                    {"received_bytes", n.receivedBytes},
+                    {"bytes_per_s", n.bytesPerSecond},
+                    {"transfer_ms", n.transferMs}});
   }
   return list;
 }

@@ -269,12 +269,25 @@ std::string prometheusText(const StatusSnapshot& status) {
          one(static_cast<double>(status.connectionsClosed)));
   std::vector<std::pair<std::string, double>> received;
   std::vector<std::pair<std::string, double>> mixed;
+  std::vector<std::pair<std::string, double>> bytes;
+  std::vector<std::pair<std::string, double>> rate;
+  std::vector<std::pair<std::string, double>> transfer;
   for (const NeighborStatus& n : status.neighbors) {
     const std::string neighbor = ",neighbor=\"" + n.id + "\"";
     received.emplace_back(neighbor + ",timing=\"on_time\"", static_cast<double>(n.onTime));
     received.emplace_back(neighbor + ",timing=\"late\"", static_cast<double>(n.late));
     mixed.emplace_back(neighbor, static_cast<double>(n.mixed));
+    bytes.emplace_back(neighbor, static_cast<double>(n.receivedBytes));
+    rate.emplace_back(neighbor, n.bytesPerSecond);
+    transfer.emplace_back(neighbor, n.transferMs / 1000);
   }
+  metric("consensusd_received_bytes_total", "counter",
+         "Estimate bytes received from a neighbour (every valid chunk).", bytes);
+  metric("consensusd_received_bytes_per_second", "gauge",
+         "Estimate bytes per second from a neighbour, over the last second or more.", rate);
+  metric("consensusd_estimate_transfer_seconds", "gauge",
+         "A neighbour's last estimate of several chunks, from its first chunk to its last.",
+         transfer);
   metric("consensusd_estimates_received_total", "counter",
          "Estimates stored, by neighbour and timing.", received);
   metric("consensusd_estimates_mixed_total", "counter",

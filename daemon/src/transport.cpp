@@ -77,11 +77,17 @@ std::map<std::string, std::uint64_t> TrafficCounters::sendEvents() const {
 }
 
 Transport::Transport(const topology::Topology& topology, std::size_t self, TransportOptions options)
-    : topology_(topology), self_(self), options_(std::move(options)) {
+    : topology_(topology),
+      self_(self),
+      options_(std::move(options)),
+      estimateBytes_(options_.expect.dimension * wire::bytesPer(options_.expect.dtype)),
+      chunked_(estimateBytes_ > options_.chunkBytes),
+      grants_(std::random_device{}()) {
   for (const topology::Neighbor& in : topology_.inNeighbors(self_)) {
     peerIndex_[topology_.node(in.index).id] = in.index;
     peerBySender_[static_cast<std::uint32_t>(in.index)] = in.index;
     counters_.rejectedFrom[in.index] = 0;
+    receivers_[in.index];
   }
   openRouter();
   connectDealers();
@@ -96,11 +102,12 @@ Transport::~Transport() {
 }
 
 void Transport::openRouter() {
-  const std::size_t maxMessage = std::min<std::size_t>(
-      options_.expect.dimension * wire::bytesPer(options_.expect.dtype) + 4096, INT32_MAX);
+  // A peer can make us allocate one chunk per message, and no more than
+  // kReceiveQueue of them wait per connection (a few MiB).
+  const std::size_t maxMessage = std::min(estimateBytes_, options_.chunkBytes) + 4096;
   router_ = zmq::socket_t(context_, zmq::socket_type::router);
   router_.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(maxMessage));
-  router_.set(zmq::sockopt::rcvhwm, 64);
+  router_.set(zmq::sockopt::rcvhwm, chunked_ ? 8 : 64);
   // A second connection with a live connection's routing id is refused
   // (handover would drop the live one, and libzmq 4.3.4 can assert under
   // repeated handovers); our DEALERs' ids carry a random part, so only a
@@ -140,7 +147,9 @@ void Transport::connectDealers() {
   for (const topology::Neighbor& out : topology_.outNeighbors(self_)) {
     zmq::socket_t dealer(context_, zmq::socket_type::dealer);
     dealer.set(zmq::sockopt::routing_id, routingId);
-    dealer.set(zmq::sockopt::sndhwm, 8);
+    // In chunks, little waits in ZeroMQ's queue: a control message goes
+    // out after at most these chunks (and what the kernel buffers).
+    dealer.set(zmq::sockopt::sndhwm, chunked_ ? 4 : 8);
     dealer.set(zmq::sockopt::immediate, 1);
     dealer.set(zmq::sockopt::linger, 200);
     dealer.set(zmq::sockopt::heartbeat_ivl, 1000);
@@ -150,7 +159,10 @@ void Transport::connectDealers() {
     if (options_.curve)
       curve::makeClient(dealer, *options_.curve, topology_.node(out.index).publicKey);
     dealer.connect(topology_.node(out.index).endpoint);
-    links_.emplace(out.index, Link{std::move(dealer), {}, {}});
+    Link link;
+    link.dealer = std::move(dealer);
+    link.peer = out.index;
+    links_.emplace(out.index, std::move(link));
   }
 }
 
@@ -172,9 +184,12 @@ void Transport::publish(std::int64_t round, std::shared_ptr<const void> owner,
                         std::span<const std::byte> payload, Time now) {
   owner_.check();
   wire::Header h = header(wire::Kind::Estimate, round, now);
-  h.payloadBytes = payload.size();
-  h.checksum = wire::checksum(payload.data(), payload.size());
-  Outgoing out{round, now, wire::encode(h), std::move(owner), payload};
+  // One checksum per chunk, computed once for every neighbour.
+  auto checksums = std::make_shared<std::vector<std::uint32_t>>();
+  for (std::size_t at = 0; at < payload.size(); at += options_.chunkBytes)
+    checksums->push_back(
+        wire::checksum(payload.data() + at, std::min(options_.chunkBytes, payload.size() - at)));
+  Outgoing out{round, now, h, std::move(owner), payload, std::move(checksums)};
   if (const consensus::Duration delay =
           options_.linkDelay ? options_.linkDelay(round) : consensus::Duration::zero();
       delay > consensus::Duration::zero()) {
@@ -182,18 +197,18 @@ void Transport::publish(std::int64_t round, std::shared_ptr<const void> owner,
     delayed_.push_back(std::move(out));
     return;
   }
-  sendToAll(std::move(out));
+  sendToAll(std::move(out), now);
 }
 
-void Transport::sendToAll(Outgoing out) {
+void Transport::sendToAll(Outgoing out, Time now) {
   lastSent_ = std::move(out);
-  for (auto& [node, link] : links_) queueEstimate(link, *lastSent_);
+  for (auto& [node, link] : links_) queueEstimate(link, *lastSent_, now);
 }
 
 void Transport::sendDue(Time now) {
   owner_.check();
   while (!delayed_.empty() && delayed_.front().due <= now) {
-    sendToAll(std::move(delayed_.front()));
+    sendToAll(std::move(delayed_.front()), now);
     delayed_.pop_front();
   }
 }
@@ -203,37 +218,93 @@ std::optional<Time> Transport::nextDue() const {
   return delayed_.front().due;
 }
 
-// Only the newest estimate matters: it replaces one still waiting for room.
-void Transport::queueEstimate(Link& link, const Outgoing& out) {
+// Only the newest estimate matters: it replaces one still waiting for room
+// (or, in chunks, for the neighbour's READY). One being sent goes on.
+void Transport::queueEstimate(Link& link, const Outgoing& out, Time now) {
+  if (link.sending && link.sending->round >= out.round) return;
   if (link.estimate) ++counters_.sends[static_cast<std::size_t>(SendEvent::Superseded)];
   link.estimate = out;
-  flush(link);
+  flush(link, now);
+  if (link.estimate) ++counters_.sends[static_cast<std::size_t>(SendEvent::Deferred)];
 }
 
-// Sends what waits on `link` until its queue is full (never blocks).
-void Transport::flush(Link& link) {
-  while (!link.controls.empty()) {
-    if (!trySend(link.dealer, link.controls.front(), zmq::message_t())) return;
-    link.controls.pop_front();
-  }
-  if (!link.estimate) return;
-  auto* hint = new PayloadReference{link.estimate->owner};
+// A sent payload's share of its buffer, released by ZeroMQ's I/O thread.
+// libzmq hands the message over through pipes ThreadSanitizer cannot see
+// (Debian's build is not instrumented); the flag's release/acquire pair
+// makes the hand-over visible to it, for one uncontended atomic per send.
+namespace {
+zmq::message_t referencing(const std::shared_ptr<const void>& owner,
+                           std::span<const std::byte> bytes) {
+  auto* hint = new PayloadReference{owner};
   hint->handedOver.store(true, std::memory_order_release);
   // ZeroMQ never writes a message it sends: the const_cast only fits its signature.
-  zmq::message_t payload(
-      const_cast<std::byte*>(link.estimate->payload.data()),  // NOLINT(*-const-cast)
-      link.estimate->payload.size(),
+  return zmq::message_t(
+      const_cast<std::byte*>(bytes.data()), bytes.size(),  // NOLINT(*-const-cast)
       [](void* /*data*/, void* h) {
         auto* reference = static_cast<PayloadReference*>(h);
         [[maybe_unused]] const bool seen = reference->handedOver.load(std::memory_order_acquire);
         delete reference;  // on a ZeroMQ I/O thread, once the send is done
       },
       hint);
-  if (trySend(link.dealer, link.estimate->header, std::move(payload))) {
-    link.estimate.reset();
-  } else {
-    ++counters_.sends[static_cast<std::size_t>(SendEvent::Deferred)];
+}
+}  // namespace
+
+// Sends what waits on `link` until its queue is full (never blocks):
+// controls first, then the estimate, whole or chunk by chunk (a control
+// queued meanwhile goes before the next chunk).
+void Transport::flush(Link& link, Time now) {
+  for (;;) {
+    while (!link.controls.empty()) {
+      if (!trySend(link.dealer, link.controls.front().bytes, zmq::message_t())) return;
+      if (link.controls.front().hello) link.helloWaiting = false;
+      link.controls.pop_front();
+    }
+    if (!link.sending) {
+      // In chunks, an estimate begins only on a READY it has not used.
+      if (!link.estimate || (chunked_ && !link.grant)) return;
+      if (!sendChunk(link, *link.estimate, 0, now)) return;
+      if (chunked_) {
+        link.usedGrant = *link.grant;
+        link.grant.reset();
+      }
+      link.estimate.reset();
+      continue;
+    }
+    if (!sendChunk(link, *link.sending, link.sentBytes, now)) return;
   }
+}
+
+// The chunk of `out` from byte `at` (all of it when it fits one); false
+// when the queue is full. The estimate is `link.sending` until its last
+// chunk is out.
+bool Transport::sendChunk(Link& link, const Outgoing& out, std::size_t at, Time now) {
+  const std::size_t bytes = std::min(options_.chunkBytes, out.payload.size() - at);
+  wire::Header h = out.header;
+  h.offset = at;
+  h.payloadBytes = bytes;
+  h.checksum = (*out.checksums)[at / options_.chunkBytes];
+  if (!trySend(link.dealer, wire::encode(h),
+               referencing(out.owner, out.payload.subspan(at, bytes))))
+    return false;
+  counters_.bytesSent += bytes;
+  if (at + bytes == out.payload.size()) {
+    link.sending.reset();
+    link.usedUntil = now + options_.peerTimeout;
+  } else {
+    if (at == 0) link.sending = out;
+    link.sentBytes = at + bytes;
+  }
+  return true;
+}
+
+void Transport::queueControl(Link& link, const std::array<std::byte, wire::kHeaderSize>& bytes,
+                             bool hello) {
+  if (link.controls.size() >= kMaxPendingControls) {
+    if (link.controls.front().hello) link.helloWaiting = false;
+    link.controls.pop_front();
+    ++counters_.sends[static_cast<std::size_t>(SendEvent::Dropped)];
+  }
+  link.controls.push_back({bytes, hello});
 }
 
 void Transport::sendControl(wire::Kind kind, std::int64_t round, std::uint64_t flags,
@@ -244,16 +315,69 @@ void Transport::sendControl(wire::Kind kind, std::int64_t round, std::uint64_t f
   const auto bytes = wire::encode(h);
   for (auto& [node, link] : links_) {
     if (only && *only != node) continue;
-    if (kind == wire::Kind::Hello) {
-      if (link.controls.empty() && !link.estimate) trySend(link.dealer, bytes, zmq::message_t());
+    queueControl(link, bytes, false);
+    flush(link, now);
+  }
+}
+
+void Transport::keepAlive(std::int64_t round, Time now) {
+  owner_.check();
+  const auto bytes = wire::encode(header(wire::Kind::Hello, round, now));
+  for (auto& [node, link] : links_) {
+    if (link.helloWaiting) continue;  // the one waiting says as much
+    link.helloWaiting = true;
+    queueControl(link, bytes, true);
+    flush(link, now);
+  }
+  for (auto& [peer, in] : receivers_)
+    if (in.grant != 0) sendReady(in, now);  // restated: the same grant
+}
+
+// In chunks, the neighbour's READY: its buffer for us is free. A READY we
+// already used, restated before our estimate reached it, grants nothing; a
+// new one while we send means it dropped what it had of ours: start again.
+void Transport::receiveReady(Link& link, Time now) {
+  std::vector<zmq::message_t> frames;
+  while (zmq::recv_multipart(link.dealer, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
+    const std::optional<std::size_t> peer =
+        receivers_.count(link.peer) != 0 ? std::optional(link.peer) : std::nullopt;
+    std::optional<wire::Reject> why;
+    wire::Header h;
+    if (frames.size() != 2) {
+      why = wire::Reject::Frames;
+    } else {
+      const auto decoded =
+          wire::decodeHeader({static_cast<const std::byte*>(frames[0].data()), frames[0].size()});
+      if (const auto* bad = std::get_if<wire::Reject>(&decoded)) {
+        why = *bad;
+      } else {
+        h = std::get<wire::Header>(decoded);
+        if (h.kind != wire::Kind::Ready)
+          why = wire::Reject::Kind;
+        else if (h.sender != link.peer)
+          why = wire::Reject::Sender;
+        else
+          why = wire::validate(h, {}, options_.expect);
+        if (!why && frames[1].size() != 0) why = wire::Reject::Length;
+      }
+    }
+    frames.clear();
+    if (why) {
+      reject(peer, *why, "on the link to " + topology_.node(link.peer).id);
       continue;
     }
-    if (link.controls.size() >= kMaxPendingControls) {
-      link.controls.pop_front();
-      ++counters_.sends[static_cast<std::size_t>(SendEvent::Dropped)];
+    if (!chunked_) continue;
+    const std::uint64_t id = h.flags;
+    if (id == link.usedGrant && (link.sending || now < link.usedUntil)) continue;
+    link.grant = id;
+    if (link.sending) {  // it gave up on the estimate we are sending: begin again
+      if (!link.estimate || link.estimate->round < link.sending->round)
+        link.estimate = std::move(link.sending);
+      link.sending.reset();
     }
-    link.controls.push_back(bytes);
-    flush(link);
+    // It lacks our newest (lost with a connection, or it started after we sent it).
+    if (!link.estimate && lastSent_ && h.round < lastSent_->round) link.estimate = lastSent_;
+    flush(link, now);
   }
 }
 
@@ -285,7 +409,7 @@ Transport::Identity Transport::identify(const std::vector<zmq::message_t>& frame
   return who;
 }
 
-std::optional<std::variant<Inbound, Rejected>> Transport::receive() {
+std::optional<std::variant<Inbound, Rejected>> Transport::receive(Time now) {
   owner_.check();
   std::vector<zmq::message_t> frames;
   if (!zmq::recv_multipart(router_, std::back_inserter(frames), zmq::recv_flags::dontwait))
@@ -309,10 +433,140 @@ std::optional<std::variant<Inbound, Rejected>> Transport::receive() {
   if (!from) return reject(std::nullopt, wire::Reject::NotNeighbor, "identity '" + who.name + "'");
   if (h.sender != *from)
     return reject(from, wire::Reject::Sender, "header claims node " + std::to_string(h.sender));
+  if (h.kind == wire::Kind::Ready) return reject(from, wire::Reject::Kind, "READY to a ROUTER");
   if (const auto why = wire::validate(h, payload, options_.expect))
     return reject(from, *why,
                   *why == wire::Reject::Topology ? "their topology hash differs from ours" : "");
-  return Inbound{*from, h, std::make_shared<const zmq::message_t>(std::move(frames[2]))};
+  if (!misread) noteRoutingId(*from, frames[0].to_string());
+  if (h.kind == wire::Kind::Estimate && (h.offset != 0 || h.payloadBytes != estimateBytes_))
+    return receiveChunk(*from, h, frames[2], now);
+  if (h.kind == wire::Kind::Estimate) {
+    Receiver& in = receivers_.at(*from);
+    in.flow.bytes += h.payloadBytes;
+  }
+  auto message = std::make_shared<zmq::message_t>(std::move(frames[2]));
+  const std::span<const std::byte> bytes(static_cast<const std::byte*>(message->data()),
+                                         message->size());
+  return Inbound{*from, h, false, std::move(message), bytes};
+}
+
+// A chunk of an estimate of several: into the neighbour's buffer, in
+// order. The whole estimate comes out once its last chunk is in.
+std::optional<std::variant<Inbound, Rejected>> Transport::receiveChunk(std::size_t from,
+                                                                       const wire::Header& h,
+                                                                       zmq::message_t& payload,
+                                                                       Time now) {
+  Receiver& in = receivers_.at(from);
+  if (h.offset == 0) {
+    if (in.round) {
+      reject(
+          from, wire::Reject::Truncated,
+          "round " + std::to_string(*in.round) + " gave way to round " + std::to_string(h.round));
+      abandon(in);
+    }
+    in.grant = 0;  // used (or ignored): a new one once the buffer is free again
+    if (in.buffer && in.buffer.use_count() > 1) {
+      in.dropping = h.round;
+      return reject(from, wire::Reject::Overrun,
+                    "round " + std::to_string(h.round) + " before our READY");
+    }
+    in.dropping.reset();
+    if (!in.buffer) in.buffer = std::shared_ptr<std::byte[]>(new std::byte[estimateBytes_]);
+    in.round = h.round;
+    in.received = 0;
+    in.header = h;
+    in.firstAt = now;
+  } else if (!in.round || *in.round != h.round || h.offset != in.received) {
+    if (in.dropping == h.round) return reject(from, wire::Reject::Overrun);
+    // A gap in the estimate being received: it can never be whole.
+    if (in.round && *in.round == h.round) abandon(in);
+    return reject(from, wire::Reject::ChunkOrder,
+                  "round " + std::to_string(h.round) + " at byte " + std::to_string(h.offset));
+  }
+  std::memcpy(in.buffer.get() + h.offset, payload.data(), payload.size());
+  in.received += payload.size();
+  in.lastAt = now;
+  in.flow.bytes += payload.size();
+  if (in.received < estimateBytes_) return Inbound{from, h, true, nullptr, {}};
+  // Whole: the mailbox keeps it in the buffer, which stays ours to fill
+  // again once every holder has let go.
+  wire::Header whole = in.header;
+  whole.payloadBytes = estimateBytes_;
+  in.round.reset();
+  in.delivered = std::max(in.delivered, whole.round);
+  in.flow.transfer = now - in.firstAt;
+  const std::span<const std::byte> bytes(in.buffer.get(), estimateBytes_);
+  return Inbound{from, whole, false, std::shared_ptr<const void>(in.buffer, in.buffer.get()),
+                 bytes};
+}
+
+// A half-received estimate that can never be finished: dropped, and the
+// sender told to send again (a new READY once the buffer is free).
+void Transport::abandon(Receiver& in) {
+  in.round.reset();
+  in.received = 0;
+  in.grant = 0;
+}
+
+// A neighbour's messages from another connection (it restarted, or
+// reconnected): what the old one was sending will not go on, and READY
+// must go to the new one.
+void Transport::noteRoutingId(std::size_t peer, const std::string& routingId) {
+  Receiver& in = receivers_.at(peer);
+  if (in.routingId == routingId) return;
+  const bool changed = !in.routingId.empty();
+  in.routingId = routingId;
+  if (!chunked_ || !changed) return;
+  if (in.round) {
+    reject(peer, wire::Reject::Truncated,
+           "round " + std::to_string(*in.round) + ": the sender reconnected");
+    abandon(in);
+  }
+  in.grant = 0;  // offered again, on the new connection
+}
+
+void Transport::sendReady(Receiver& in, Time now) {
+  if (in.routingId.empty()) return;  // not heard yet: no connection to answer on
+  wire::Header h = header(wire::Kind::Ready, in.delivered, now);
+  h.flags = in.grant;
+  const auto bytes = wire::encode(h);
+  // Dropped by ZeroMQ if that connection is gone or full; restated later.
+  if (!router_.send(zmq::buffer(in.routingId),
+                    zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+    return;
+  if (!router_.send(zmq::buffer(bytes), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+    return;
+  router_.send(zmq::message_t(), zmq::send_flags::dontwait);
+}
+
+void Transport::offerBuffers(Time now) {
+  owner_.check();
+  for (auto& [peer, in] : receivers_) {
+    // The bytes per second, over a second or more.
+    if (now - in.windowStart >= std::chrono::seconds(1)) {
+      in.flow.bytesPerSecond = static_cast<double>(in.flow.bytes - in.windowBytes) /
+                               std::chrono::duration<double>(now - in.windowStart).count();
+      in.windowBytes = in.flow.bytes;
+      in.windowStart = now;
+    }
+    if (!chunked_) continue;
+    if (in.round && now - in.lastAt > options_.peerTimeout) {
+      reject(peer, wire::Reject::Truncated,
+             "round " + std::to_string(*in.round) + ": no chunk for a peer timeout");
+      abandon(in);
+    }
+    // READY goes back on the connection the neighbour speaks on: none until it spoke.
+    const bool free = !in.round && (!in.buffer || in.buffer.use_count() == 1);
+    if (!free || in.grant != 0 || in.routingId.empty()) continue;
+    std::uniform_int_distribution<std::uint64_t> any(1);
+    in.grant = any(grants_);
+    sendReady(in, now);
+  }
+}
+
+Inflow Transport::inflow(std::size_t peer) const {
+  const auto it = receivers_.find(peer);
+  return it != receivers_.end() ? it->second.flow : Inflow{};
 }
 
 void Transport::settle(const Inbound& message, consensus::Receipt receipt, Time now) {
@@ -328,7 +582,7 @@ void Transport::settle(const Inbound& message, consensus::Receipt receipt, Time 
     ++counters_.discarded[static_cast<std::size_t>(Discard::Duplicate)];
   welcome(message.from, now);
   if (message.header.kind == wire::Kind::Hello)
-    onKeepAliveRound(message.from, message.header.round);
+    onKeepAliveRound(message.from, message.header.round, now);
   if (message.header.kind == wire::Kind::Bye)
     spdlog::info("{} said goodbye", topology_.node(message.from).id);
 }
@@ -341,23 +595,25 @@ void Transport::welcome(std::size_t peer, Time now) {
   lastHeard_[peer] = now;
   if (!returning) return;
   if (heard != lastHeard_.end()) spdlog::info("{} is back", topology_.node(peer).id);
-  resendTo(peer);
+  resendTo(peer, now);
 }
 
-void Transport::resendTo(std::size_t peer) {
+void Transport::resendTo(std::size_t peer, Time now) {
   if (const auto link = links_.find(peer); link != links_.end() && lastSent_)
-    queueEstimate(link->second, *lastSent_);
+    queueEstimate(link->second, *lastSent_, now);
 }
 
 // A neighbour whose keep-alives report the same round twice in a row is
 // stuck; if our newest estimate is one it can use, it may have been lost
 // with a dropped connection: send it again (at most once per keep-alive).
-void Transport::onKeepAliveRound(std::size_t peer, std::int64_t round) {
+// In chunks, its READY says what it lacks instead (receiveReady).
+void Transport::onKeepAliveRound(std::size_t peer, std::int64_t round, Time now) {
   const auto [previous, fresh] = helloRounds_.try_emplace(peer, round);
   if (fresh) return;
   const bool stuck = previous->second == round;
   previous->second = round;
-  if (stuck && lastSent_ && lastSent_->round >= round - options_.staleness) resendTo(peer);
+  if (stuck && !chunked_ && lastSent_ && lastSent_->round >= round - options_.staleness)
+    resendTo(peer, now);
 }
 
 void Transport::receiveEvents() {
@@ -383,21 +639,28 @@ void Transport::append(std::vector<zmq::pollitem_t>& items) {
   items.push_back({monitor_.handle(), 0, ZMQ_POLLIN, 0});
   items.push_back(
       {zap_ ? zap_->socket().handle() : nullptr, -1, static_cast<short>(zap_ ? ZMQ_POLLIN : 0), 0});
-  // Links with something waiting are polled for room in their queue.
+  // Links with something waiting are polled for room in their queue; in
+  // chunks, every link for its neighbour's READYs.
   waiting_.clear();
   for (auto& [node, link] : links_) {
-    if (!link.estimate && link.controls.empty()) continue;
-    items.push_back({link.dealer.handle(), 0, ZMQ_POLLOUT, 0});
+    const bool pending =
+        link.sending || (link.estimate && (!chunked_ || link.grant)) || !link.controls.empty();
+    if (!pending && !chunked_) continue;
+    const short events =
+        static_cast<short>((pending ? ZMQ_POLLOUT : 0) | (chunked_ ? ZMQ_POLLIN : 0));
+    items.push_back({link.dealer.handle(), 0, events, 0});
     waiting_.push_back(&link);
   }
 }
 
-bool Transport::serve(std::span<const zmq::pollitem_t> items) {
+bool Transport::serve(std::span<const zmq::pollitem_t> items, Time now) {
   owner_.check();
   if (items[1].revents & ZMQ_POLLIN) receiveEvents();
   if (items[2].revents & ZMQ_POLLIN) zap_->answer();
-  for (std::size_t w = 0; w < waiting_.size(); ++w)
-    if (items[3 + w].revents & ZMQ_POLLOUT) flush(*waiting_[w]);
+  for (std::size_t w = 0; w < waiting_.size(); ++w) {
+    if (items[3 + w].revents & ZMQ_POLLIN) receiveReady(*waiting_[w], now);
+    if (items[3 + w].revents & ZMQ_POLLOUT) flush(*waiting_[w], now);
+  }
   return (items[0].revents & ZMQ_POLLIN) != 0;
 }
 

@@ -1,11 +1,14 @@
 #pragma once
 // The node's sockets (DESIGN.md §6, docs/protocol.md): one ROUTER that the
 // in-neighbours send to, one DEALER per out-neighbour with its send queue,
-// and the rules for sending again. Every message in is either an Inbound
-// (validated: identity, header, payload) or a counted, logged reject; the
-// engine's verdict on an Inbound comes back through settle(). Payloads are
-// bytes: nothing here depends on the parameter type. Owned by the engine
-// thread.
+// and the rules for sending again. An estimate larger than one chunk goes
+// out in chunks, between which control messages pass, and only when the
+// neighbour has said its buffer for us is free (READY): each in-neighbour
+// gets one receive buffer, so memory is one model per in-neighbour whatever
+// it sends. Every message in is either an Inbound (validated: identity,
+// header, payload) or a counted, logged reject; the engine's verdict on an
+// Inbound comes back through settle(). Payloads are bytes: nothing here
+// depends on the parameter type. Owned by the engine thread.
 
 #include <array>
 #include <cstdint>
@@ -14,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <set>
 #include <span>
 #include <string>
@@ -39,6 +43,8 @@ struct TransportOptions {
   std::int64_t staleness = 0;
   // Emulated slow links (straggler.link_delay_ms): the delay of round R's estimate.
   std::function<consensus::Duration(std::int64_t round)> linkDelay;
+  // The most payload bytes one message carries (tests make it small).
+  std::size_t chunkBytes = wire::kChunkBytes;
 };
 
 enum class SendEvent : std::uint8_t {
@@ -56,6 +62,7 @@ struct TrafficCounters {
   std::array<std::uint64_t, 3> sends{};
   std::uint64_t connectionsClosed = 0;                // by peers or by ZeroMQ (oversized frames)
   std::map<std::size_t, std::uint64_t> rejectedFrom;  // per in-neighbour (topology index)
+  std::uint64_t bytesSent = 0;                        // estimate payload handed to ZeroMQ
 
   // Only the counts above zero, by name ("checksum", "stale", "deferred"...).
   std::map<std::string, std::uint64_t> rejects() const;
@@ -66,15 +73,27 @@ struct TrafficCounters {
 const char* toString(SendEvent event);
 const char* toString(Discard discard);
 
+// What arrives from one in-neighbour, for status and metrics.
+struct Inflow {
+  std::uint64_t bytes = 0;         // estimate payload received (every valid chunk)
+  double bytesPerSecond = 0;       // over the last second or more
+  consensus::Duration transfer{};  // its last estimate of several chunks: first chunk to last
+};
+
 struct Inbound {
   std::size_t from = 0;  // topology index of the in-neighbour
+  // Of a whole estimate: offset 0 and payloadBytes the estimate's size.
   wire::Header header;
-  // Checked against the header (length, checksum, finite); shared, so the
-  // engine's mailbox can keep the estimate where ZeroMQ received it.
-  std::shared_ptr<const zmq::message_t> payload;
-  std::span<const std::byte> bytes() const {
-    return {static_cast<const std::byte*>(payload->data()), payload->size()};
-  }
+  // A chunk of an estimate still arriving (its bytes are kept by the
+  // transport): a sign of life and of the round it is from, nothing to mix.
+  bool partial = false;
+  // Checked against the header (length, checksum, finite). The owner is
+  // shared, so the engine's mailbox can keep the estimate where it was
+  // received (the ZeroMQ message, or the neighbour's receive buffer, which
+  // is written again only once every holder let go).
+  std::shared_ptr<const void> owner;
+  std::span<const std::byte> payload;
+  std::span<const std::byte> bytes() const { return payload; }
 };
 
 struct Rejected {
@@ -94,16 +113,24 @@ class Transport {
   // every out-neighbour as round `round`'s estimate; after link_delay if set.
   void publish(std::int64_t round, std::shared_ptr<const void> owner,
                std::span<const std::byte> payload, consensus::Time now);
-  // HELLO goes out only where there is room (another follows soon);
-  // DECISION and BYE wait in the link's bounded queue.
+  // DECISION and BYE wait in the link's bounded queue, and go out before
+  // the next chunk of an estimate.
   void sendControl(wire::Kind kind, std::int64_t round, std::uint64_t flags,
                    std::optional<std::size_t> only, consensus::Time now);
+  // Every peer_timeout / 3: a HELLO with our round to each out-neighbour
+  // (at most one waits per link), and READY again to every in-neighbour
+  // whose buffer is free (one may have been lost with a connection).
+  void keepAlive(std::int64_t round, consensus::Time now);
+  // Tells in-neighbours whose receive buffer came free (the engine let go
+  // of their last estimate) that the next may come; drops a half-received
+  // estimate that went quiet for a peer timeout. Call once a loop.
+  void offerBuffers(consensus::Time now);
   // Sends the estimates whose link delay has passed; when the next one is due.
   void sendDue(consensus::Time now);
   std::optional<consensus::Time> nextDue() const;
 
   // The next message waiting on the ROUTER, or nothing if none waits.
-  std::optional<std::variant<Inbound, Rejected>> receive();
+  std::optional<std::variant<Inbound, Rejected>> receive(consensus::Time now);
   // The engine's receipt for an Inbound: implausible rounds are rejects,
   // stale and duplicate estimates discards; anything else is a sign of
   // life (a returning neighbour gets our estimate again).
@@ -111,30 +138,69 @@ class Transport {
 
   // Polling: append() adds what the transport waits on (the ROUTER first);
   // serve() takes those items back after zmq::poll, handles connection
-  // events, ZAP requests and queues that found room, and says whether
-  // messages wait on the ROUTER.
+  // events, ZAP requests, READYs and queues that found room, and says
+  // whether messages wait on the ROUTER.
   void append(std::vector<zmq::pollitem_t>& items);
-  bool serve(std::span<const zmq::pollitem_t> items);
+  bool serve(std::span<const zmq::pollitem_t> items, consensus::Time now);
 
   const TrafficCounters& counters() const { return counters_; }
+  // Per in-neighbour (topology index); zeros before anything arrived.
+  Inflow inflow(std::size_t peer) const;
+  // Whether estimates go in several chunks (and so wait for READY).
+  bool chunked() const { return chunked_; }
 
  private:
   struct Outgoing {
     std::int64_t round = 0;
     consensus::Time due{};
-    std::array<std::byte, wire::kHeaderSize> header{};
+    wire::Header header;  // each chunk's offset, size and checksum filled in
     std::shared_ptr<const void> owner;
     std::span<const std::byte> payload;
+    std::shared_ptr<const std::vector<std::uint32_t>> checksums;  // one per chunk
   };
   // One per out-neighbour: its DEALER and what did not fit in its queue yet.
   // Nothing is lost to a momentarily full queue, and memory stays bounded:
-  // one estimate (the newest) and at most kMaxPendingControls controls.
+  // one estimate waiting (the newest), one being sent (in chunks; both
+  // reference the round's buffer, no copy) and at most kMaxPendingControls
+  // controls.
   struct Link {
     zmq::socket_t dealer;
-    std::optional<Outgoing> estimate;
-    std::deque<std::array<std::byte, wire::kHeaderSize>> controls;
+    std::size_t peer = 0;
+    std::optional<Outgoing> estimate;  // the newest, not begun
+    std::optional<Outgoing> sending;   // in chunks: begun, `sentBytes` out so far
+    std::size_t sentBytes = 0;
+    struct Control {
+      std::array<std::byte, wire::kHeaderSize> bytes;
+      bool hello;
+    };
+    std::deque<Control> controls;
+    bool helloWaiting = false;  // one HELLO at most waits
+    // In chunks, an estimate begins only on the neighbour's READY: `grant`
+    // is one not used yet; `usedGrant` the one our last estimate began on.
+    // A READY that repeats it before `usedUntil` crossed that estimate on
+    // the way (the neighbour restates READY until a first chunk arrives).
+    std::optional<std::uint64_t> grant;
+    std::uint64_t usedGrant = 0;
+    consensus::Time usedUntil{};
   };
   static constexpr std::size_t kMaxPendingControls = 64;
+  // One per in-neighbour, with estimates in chunks: the buffer the next
+  // estimate is assembled in, which the engine's mailbox then keeps in place.
+  struct Receiver {
+    std::string routingId;  // the connection a READY goes back on
+    std::shared_ptr<std::byte[]> buffer;
+    std::optional<std::int64_t> round;  // the estimate being received
+    std::uint64_t received = 0;         // its bytes so far
+    wire::Header header;                // its first chunk's
+    consensus::Time firstAt{};
+    consensus::Time lastAt{};
+    std::optional<std::int64_t> dropping;  // chunks of this round are overrun: dropped
+    std::uint64_t grant = 0;               // the READY offered; 0: none since the last estimate
+    std::int64_t delivered = -1;           // newest round received whole
+    Inflow flow;
+    std::uint64_t windowBytes = 0;  // flow.bytes at windowStart
+    consensus::Time windowStart{};
+  };
   struct Identity {
     std::string name;  // for the log
     std::optional<std::size_t> peer;
@@ -144,27 +210,40 @@ class Transport {
   void openRouter();
   void connectDealers();
   wire::Header header(wire::Kind kind, std::int64_t round, consensus::Time now) const;
-  void sendToAll(Outgoing out);
-  void queueEstimate(Link& link, const Outgoing& out);
-  void flush(Link& link);
+  void sendToAll(Outgoing out, consensus::Time now);
+  void queueEstimate(Link& link, const Outgoing& out, consensus::Time now);
+  void flush(Link& link, consensus::Time now);
+  bool sendChunk(Link& link, const Outgoing& out, std::size_t at, consensus::Time now);
+  void queueControl(Link& link, const std::array<std::byte, wire::kHeaderSize>& bytes, bool hello);
+  void receiveReady(Link& link, consensus::Time now);
+  std::optional<std::variant<Inbound, Rejected>> receiveChunk(std::size_t from,
+                                                              const wire::Header& h,
+                                                              zmq::message_t& payload,
+                                                              consensus::Time now);
+  static void abandon(Receiver& in);
+  void sendReady(Receiver& in, consensus::Time now);
+  void noteRoutingId(std::size_t peer, const std::string& routingId);
   Identity identify(const std::vector<zmq::message_t>& frames) const;
   Rejected reject(std::optional<std::size_t> peer, wire::Reject reason,
                   const std::string& detail = {});
   void welcome(std::size_t peer, consensus::Time now);
-  void resendTo(std::size_t peer);
-  void onKeepAliveRound(std::size_t peer, std::int64_t round);
+  void resendTo(std::size_t peer, consensus::Time now);
+  void onKeepAliveRound(std::size_t peer, std::int64_t round, consensus::Time now);
   void receiveEvents();
 
   OwnerThread owner_;
   const topology::Topology& topology_;
   std::size_t self_;
   TransportOptions options_;
+  std::size_t estimateBytes_;
+  bool chunked_;  // estimates of more than one chunk
 
   zmq::context_t context_{1};
   zmq::socket_t router_;
   zmq::socket_t monitor_;                   // the router's connection events
   std::unique_ptr<curve::ZapHandler> zap_;  // with security.curve
   std::map<std::size_t, Link> links_;
+  std::map<std::size_t, Receiver> receivers_;          // per in-neighbour
   std::vector<Link*> waiting_;                         // links polled for room, in append()'s order
   std::map<std::string, std::size_t> peerIndex_;       // node id -> in-neighbour
   std::map<std::uint32_t, std::size_t> peerBySender_;  // header sender -> in-neighbour
@@ -174,6 +253,7 @@ class Transport {
   std::optional<Outgoing> lastSent_;                 // sent again to a neighbour that comes back
   std::set<std::string> loggedRejects_;
   TrafficCounters counters_;
+  std::mt19937_64 grants_;  // READY ids
 };
 
 }  // namespace consensusd::daemon

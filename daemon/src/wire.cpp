@@ -361,7 +361,7 @@ std::array<std::byte, kHeaderSize> encode(const Header& header) {
   put(out, 32, header.topologyHash);
   put(out, 40, header.sentNs);
   put(out, 48, header.payloadBytes);
-  put(out, 56, header.flags);
+  put(out, 56, header.kind == Kind::Estimate ? header.offset : header.flags);
   return out;
 }
 
@@ -370,7 +370,7 @@ std::variant<Header, Reject> decodeHeader(std::span<const std::byte> frame) {
   if (get<std::uint32_t>(frame, 0) != kMagic) return Reject::Magic;
   if (get<std::uint16_t>(frame, 4) != kVersion) return Reject::Version;
   const auto kind = get<std::uint8_t>(frame, 6);
-  if (kind < 1 || kind > 4) return Reject::Kind;
+  if (kind < 1 || kind > 5) return Reject::Kind;
   const auto dtype = get<std::uint8_t>(frame, 7);
   if (dtype != 1 && dtype != 2) return Reject::Dtype;
   Header header;
@@ -383,7 +383,7 @@ std::variant<Header, Reject> decodeHeader(std::span<const std::byte> frame) {
   header.topologyHash = get<std::uint64_t>(frame, 32);
   header.sentNs = get<std::int64_t>(frame, 40);
   header.payloadBytes = get<std::uint64_t>(frame, 48);
-  header.flags = get<std::uint64_t>(frame, 56);
+  (header.kind == Kind::Estimate ? header.offset : header.flags) = get<std::uint64_t>(frame, 56);
   return header;
 }
 
@@ -395,8 +395,11 @@ std::optional<Reject> validate(const Header& header, std::span<const std::byte> 
   if (header.kind != Kind::Estimate)
     return payload.empty() ? std::nullopt : std::optional(Reject::Length);
   if (header.round < 0) return Reject::Round;
-  if (payload.size() != header.payloadBytes ||
-      payload.size() != expect.dimension * bytesPer(expect.dtype)) {
+  const std::uint64_t total = expect.dimension * bytesPer(expect.dtype);
+  const std::uint64_t bytes = payload.size();
+  if (bytes != header.payloadBytes || bytes == 0 || bytes % bytesPer(expect.dtype) != 0 ||
+      header.offset % bytesPer(expect.dtype) != 0 || header.offset > total ||
+      bytes > total - header.offset) {
     return Reject::Length;
   }
   return checkPayload(payload, header.checksum, expect.dtype == Dtype::Float64);
@@ -434,6 +437,12 @@ const char* toString(Reject reason) {
       return "handshake";
     case Reject::Auth:
       return "auth";
+    case Reject::ChunkOrder:
+      return "chunk_order";
+    case Reject::Truncated:
+      return "truncated";
+    case Reject::Overrun:
+      return "overrun";
     case Reject::Round:
       return "implausible_round";
   }

@@ -442,3 +442,33 @@ TEST_CASE("straggler.link_delay_ms holds back a node's estimates") {
   const double span = lines[lines.size() - 2]["t"].get<double>() - lines.front()["t"].get<double>();
   CHECK(span >= 1.3);
 }
+
+TEST_CASE(
+    "estimates of several chunks: every round mixes every neighbour, and the transfers show") {
+  // 1.5M float32 parameters: six chunks of 1 MiB per estimate, each sent
+  // only once the neighbour's buffer is free (docs/protocol.md).
+  Cluster cluster(3, {"data.dataset=synthetic-logistic", "model.kind=none",
+                      "model.dimension=1500000", "train.rounds=0", "consensus.policy=all",
+                      "checkpoint.every_rounds=0", "log.progress_every_s=1"});
+  cluster.startAll();
+  REQUIRE(waitFor([&] { return answers(cluster, 0) && roundOf(cluster, 0) > 30; }, 60s));
+  for (const auto& n : ask(cluster, 0, {{"cmd", "neighbors"}})["neighbors"]) {
+    INFO(n.dump());
+    CHECK(n["state"] != "suspect");
+    CHECK(n["received_bytes"].get<double>() >= 30 * 6e6);
+    CHECK(n["transfer_ms"].get<double>() > 0);
+    CHECK(n["rejected"] == 0);
+  }
+  for (std::size_t i = 0; i < 3; ++i) cluster.child(i).signal(SIGTERM);
+  for (std::size_t i = 0; i < 3; ++i) REQUIRE(cluster.child(i).wait(20s) == 0);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const std::vector<json> lines = metricsOf(cluster, i);
+    REQUIRE(lines.size() > 30);
+    INFO(lines.back().dump());
+    CHECK(lines.back()["rejects"].empty());
+    for (std::size_t k = 0; k + 1 < lines.size(); ++k) {  // the last line is the summary
+      INFO(lines[k].dump());
+      CHECK(lines[k].value("responders", 0.0) == 2);
+    }
+  }
+}

@@ -23,6 +23,9 @@ using std::chrono_literals::operator""ms;
 namespace {
 
 constexpr std::size_t kDimension = 4;
+// In chunks: 40 float32 values in chunks of 16 bytes (4 values).
+constexpr std::size_t kChunkedDimension = 40;
+constexpr std::size_t kChunk = 16;
 
 struct Pair {
   TempDir dir;
@@ -38,10 +41,11 @@ struct Pair {
           "  - [a, b]\n",
       "pair.yaml");
 
-  daemon::TransportOptions options(std::size_t node) const {
+  daemon::TransportOptions options(std::size_t node, std::size_t dimension = kDimension) const {
     daemon::TransportOptions o;
     o.bind = topology.node(node).endpoint;
-    o.expect = {topology.hash(), kDimension, wire::Dtype::Float32};
+    o.expect = {topology.hash(), dimension, wire::Dtype::Float32};
+    o.chunkBytes = kChunk;
     o.peerTimeout = std::chrono::seconds(5);
     o.staleness = 2;
     return o;
@@ -50,29 +54,35 @@ struct Pair {
 
 // Polls every transport until `node` has a message (or a reject) to hand
 // out, serving the others' queues meanwhile; fails after five seconds.
-std::variant<Inbound, Rejected> next(std::vector<Transport*> transports, Transport& node) {
+std::variant<Inbound, Rejected> next(std::vector<Transport*> transports, Transport& node,
+                                     consensus::Time now = {}) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (std::chrono::steady_clock::now() < deadline) {
-    if (auto got = node.receive()) return std::move(*got);
+    if (auto got = node.receive(now)) return std::move(*got);
     for (Transport* t : transports) {
+      t->offerBuffers(now);
       std::vector<zmq::pollitem_t> items;
       t->append(items);
       zmq::poll(items, 20ms);
-      t->serve(items);
+      t->serve(items, now);
     }
   }
   FAIL("no message within 5 s");
   return Rejected{};
 }
 
-std::shared_ptr<const std::vector<float>> values(float fill) {
-  return std::make_shared<const std::vector<float>>(kDimension, fill);
+std::shared_ptr<const std::vector<float>> values(float fill, std::size_t dimension = kDimension) {
+  auto v = std::make_shared<std::vector<float>>(dimension, fill);
+  for (std::size_t i = 0; i < dimension; ++i)
+    (*v)[i] += static_cast<float>(i);  // each chunk differs
+  return v;
 }
 
-void publish(Transport& t, std::int64_t round, float fill) {
-  auto payload = values(fill);
+void publish(Transport& t, std::int64_t round, float fill, std::size_t dimension = kDimension,
+             consensus::Time now = {}) {
+  auto payload = values(fill, dimension);
   const std::span bytes = std::as_bytes(std::span(*payload));
-  t.publish(round, std::move(payload), bytes, consensus::Time{});
+  t.publish(round, std::move(payload), bytes, now);
 }
 
 // A raw DEALER with any routing id: a peer that may lie about anything.
@@ -122,7 +132,7 @@ TEST_CASE("transport: an estimate arrives whole, and the engine's receipt is cou
   CHECK(message.header.round == 7);
   CHECK(message.header.kind == wire::Kind::Estimate);
   REQUIRE(message.bytes().size() == kDimension * sizeof(float));
-  CHECK(reinterpret_cast<const float*>(message.bytes().data())[3] == 0.25f);
+  CHECK(reinterpret_cast<const float*>(message.bytes().data())[3] == 3.25f);
 
   CHECK(b.counters().accepted == 0);  // until the engine has seen it
   b.settle(message, consensus::Receipt::Stored, consensus::Time{});
@@ -183,9 +193,10 @@ TEST_CASE("transport: with no room, the newest estimate waits and controls stay 
   for (int i = 0; i < 70; ++i)
     a.sendControl(wire::Kind::Decision, i, 1, std::nullopt, consensus::Time{});
   CHECK(a.counters().sendEvents().at("dropped") == 70 - 64);
-  // HELLO never queues: with no room it is simply not sent.
-  a.sendControl(wire::Kind::Hello, 0, 0, std::nullopt, consensus::Time{});
-  CHECK(a.counters().sendEvents().at("dropped") == 70 - 64);
+  // At most one HELLO waits: the next keep-alive does not queue another.
+  a.keepAlive(0, consensus::Time{});
+  a.keepAlive(1, consensus::Time{});
+  CHECK(a.counters().sendEvents().at("dropped") == 70 - 64 + 1);
 }
 
 TEST_CASE("transport: the estimate that waited goes out once the neighbour binds") {
@@ -208,7 +219,7 @@ TEST_CASE("transport: a neighbour heard for the first time gets our estimate aga
 
   // b speaks; a hears it for the first time and sends round 5 again: b may
   // have started after it was sent, or restarted since.
-  b.sendControl(wire::Kind::Hello, 0, 0, std::nullopt, consensus::Time{});
+  b.keepAlive(0, consensus::Time{});
   auto hello = next({&a, &b}, a);
   REQUIRE(std::holds_alternative<Inbound>(hello));
   CHECK(std::get<Inbound>(hello).header.kind == wire::Kind::Hello);
@@ -216,4 +227,171 @@ TEST_CASE("transport: a neighbour heard for the first time gets our estimate aga
   auto again = next({&a, &b}, b);
   REQUIRE(std::holds_alternative<Inbound>(again));
   CHECK(std::get<Inbound>(again).header.round == 5);
+}
+
+namespace {
+
+// The next whole estimate (or reject) at `node`, skipping the chunks of
+// one still arriving (`partials` counts those) and keep-alives.
+std::variant<Inbound, Rejected> nextWhole(std::vector<Transport*> transports, Transport& node,
+                                          int* partials = nullptr, consensus::Time now = {}) {
+  for (;;) {
+    auto got = next(transports, node, now);
+    const auto* inbound = std::get_if<Inbound>(&got);
+    if (inbound == nullptr || (!inbound->partial && inbound->header.kind == wire::Kind::Estimate))
+      return got;
+    if (partials != nullptr && inbound->partial) ++*partials;
+  }
+}
+
+const float* floats(const Inbound& message) {
+  return reinterpret_cast<const float*>(message.bytes().data());
+}
+
+// One chunk of a chunked estimate, as a raw peer sends it.
+wire::Header chunkFrom(const Pair& pair, std::int64_t round, std::size_t offset,
+                       const std::vector<float>& chunk) {
+  wire::Header h;
+  h.kind = wire::Kind::Estimate;
+  h.sender = 0;
+  h.round = round;
+  h.dimension = kChunkedDimension;
+  h.topologyHash = pair.topology.hash();
+  h.offset = offset;
+  h.payloadBytes = chunk.size() * sizeof(float);
+  h.checksum = wire::checksum(chunk.data(), h.payloadBytes);
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("transport: an estimate of several chunks arrives whole, in the neighbour's buffer") {
+  Pair pair;
+  Transport a(pair.topology, 0, pair.options(0, kChunkedDimension));
+  Transport b(pair.topology, 1, pair.options(1, kChunkedDimension));
+  REQUIRE(a.chunked());
+  publish(a, 3, 0.5f, kChunkedDimension);
+  a.keepAlive(0, {});  // b answers READY on the connection it hears a on
+  int partials = 0;
+  auto got = nextWhole({&a, &b}, b, &partials);
+  REQUIRE(std::holds_alternative<Inbound>(got));
+  const Inbound& whole = std::get<Inbound>(got);
+  CHECK(partials == 9);  // ten chunks of four values: nine signs of life, then the estimate
+  CHECK(whole.header.round == 3);
+  CHECK(whole.header.offset == 0);
+  REQUIRE(whole.bytes().size() == kChunkedDimension * sizeof(float));
+  for (std::size_t i = 0; i < kChunkedDimension; ++i)
+    CHECK(floats(whole)[i] == 0.5f + static_cast<float>(i));
+  CHECK(b.inflow(0).bytes == kChunkedDimension * sizeof(float));
+  CHECK(a.counters().bytesSent == kChunkedDimension * sizeof(float));
+  CHECK(b.counters().rejects().empty());
+}
+
+TEST_CASE("transport: in chunks, the next estimate waits until the last one's buffer is free") {
+  Pair pair;
+  Transport a(pair.topology, 0, pair.options(0, kChunkedDimension));
+  Transport b(pair.topology, 1, pair.options(1, kChunkedDimension));
+  publish(a, 1, 1.0f, kChunkedDimension);
+  a.keepAlive(0, {});
+  auto first = nextWhole({&a, &b}, b);
+  REQUIRE(std::holds_alternative<Inbound>(first));
+  auto held = std::get<Inbound>(first).owner;  // as the engine's mailbox holds it
+
+  // Round 2 must wait: b's only buffer for a still holds round 1.
+  publish(a, 2, 2.0f, kChunkedDimension);
+  const auto until = std::chrono::steady_clock::now() + 300ms;
+  while (std::chrono::steady_clock::now() < until) {
+    for (Transport* t : {&a, &b}) {
+      t->offerBuffers({});
+      std::vector<zmq::pollitem_t> items;
+      t->append(items);
+      zmq::poll(items, 10ms);
+      t->serve(items, {});
+    }
+    REQUIRE_FALSE(b.receive({}).has_value());
+  }
+  CHECK(a.counters().sendEvents().at("deferred") >= 1);
+  CHECK(reinterpret_cast<const float*>(std::get<Inbound>(first).bytes().data())[0] == 1.0f);
+
+  // Let go of round 1: b offers its buffer (READY), round 2 comes into it.
+  held.reset();
+  first = Rejected{};
+  auto second = nextWhole({&a, &b}, b);
+  REQUIRE(std::holds_alternative<Inbound>(second));
+  CHECK(std::get<Inbound>(second).header.round == 2);
+  CHECK(floats(std::get<Inbound>(second))[0] == 2.0f);
+  CHECK(b.counters().rejects().empty());
+}
+
+TEST_CASE("transport: in chunks, a neighbour that starts late gets the estimate that waited") {
+  Pair pair;
+  Transport a(pair.topology, 0, pair.options(0, kChunkedDimension));
+  publish(a, 4, 4.0f, kChunkedDimension);
+  Transport b(pair.topology, 1, pair.options(1, kChunkedDimension));
+  a.keepAlive(0, {});  // b answers READY on the connection it hears a on
+  auto got = nextWhole({&a, &b}, b);
+  REQUIRE(std::holds_alternative<Inbound>(got));
+  CHECK(std::get<Inbound>(got).header.round == 4);
+}
+
+TEST_CASE("transport: chunks out of order, cut short or over the flow are dropped and counted") {
+  Pair pair;
+  Transport b(pair.topology, 1, pair.options(1, kChunkedDimension));
+  RawPeer a("a/1", pair.topology.node(1).endpoint);
+  const std::vector<float> chunk(4, 1.0f);
+
+  SUBCASE("a gap: the estimate is dropped, never completed with what follows") {
+    a.send(chunkFrom(pair, 1, 0, chunk), chunk);
+    CHECK(std::get<Inbound>(next({&b}, b)).partial);
+    a.send(chunkFrom(pair, 1, 32, chunk), chunk);  // 16 expected
+    CHECK(reason(next({&b}, b)) == "chunk_order");
+    for (std::size_t at = 16; at < kChunkedDimension * 4; at += 16) {
+      a.send(chunkFrom(pair, 1, at, chunk), chunk);
+      CHECK(reason(next({&b}, b)) == "chunk_order");
+    }
+    CHECK(b.counters().rejectedFrom.at(0) == 10);
+  }
+  SUBCASE("a new estimate before the last was whole: truncated") {
+    a.send(chunkFrom(pair, 1, 0, chunk), chunk);
+    CHECK(std::get<Inbound>(next({&b}, b)).partial);
+    a.send(chunkFrom(pair, 2, 0, chunk), chunk);
+    auto got = next({&b}, b);
+    CHECK(std::get<Inbound>(got).partial);  // round 2 goes on
+    CHECK(std::get<Inbound>(got).header.round == 2);
+    CHECK(b.counters().rejects() == std::map<std::string, std::uint64_t>{{"truncated", 1}});
+  }
+  SUBCASE("a chunk past the estimate's end, a bad checksum, a NaN") {
+    a.send(chunkFrom(pair, 1, kChunkedDimension * 4 - 8, chunk), chunk);
+    CHECK(reason(next({&b}, b)) == "length");
+    wire::Header corrupt = chunkFrom(pair, 1, 0, chunk);
+    corrupt.checksum ^= 1;
+    a.send(corrupt, chunk);
+    CHECK(reason(next({&b}, b)) == "checksum");
+    std::vector<float> nan = chunk;
+    nan[2] = std::numeric_limits<float>::quiet_NaN();
+    a.send(chunkFrom(pair, 1, 0, nan), nan);
+    CHECK(reason(next({&b}, b)) == "non_finite");
+  }
+  SUBCASE("a partial estimate that goes quiet for a peer timeout is dropped") {
+    a.send(chunkFrom(pair, 1, 0, chunk), chunk);
+    CHECK(std::get<Inbound>(next({&b}, b)).partial);
+    b.offerBuffers(std::chrono::seconds(4));
+    CHECK(b.counters().rejects().empty());
+    b.offerBuffers(std::chrono::seconds(6));  // peer timeout 5 s
+    CHECK(b.counters().rejects() == std::map<std::string, std::uint64_t>{{"truncated", 1}});
+    a.send(chunkFrom(pair, 1, 16, chunk), chunk);  // its rest comes too late
+    CHECK(reason(next({&b}, b)) == "chunk_order");
+  }
+  SUBCASE("a new estimate while the last one is held: overrun, all its chunks") {
+    for (std::size_t at = 0; at < kChunkedDimension * 4; at += 16)
+      a.send(chunkFrom(pair, 1, at, chunk), chunk);
+    auto whole = nextWhole({&b}, b);
+    REQUIRE(std::holds_alternative<Inbound>(whole));
+    CHECK(std::get<Inbound>(whole).header.round == 1);
+    a.send(chunkFrom(pair, 2, 0, chunk), chunk);
+    CHECK(reason(next({&b}, b)) == "overrun");
+    a.send(chunkFrom(pair, 2, 16, chunk), chunk);
+    CHECK(reason(next({&b}, b)) == "overrun");
+    CHECK(floats(std::get<Inbound>(whole))[0] == 1.0f);  // the held estimate is untouched
+  }
 }

@@ -109,7 +109,8 @@ class RoundEngine {
   // The same without the copy: the engine takes `gradient`'s buffer and
   // hands back one it held, for the driver's next gradient: same size,
   // holding zeros or an update given earlier (the engine never writes an
-  // update's buffer). Refused (wrong round, one already in): untouched.
+  // update's buffer), or empty once takeSpentUpdate() took it. Refused
+  // (wrong round, one already in): untouched.
   void swapGradient(std::int64_t round, Vector& gradient, double loss,
                     const data::GradientStats& stats, Time now);
   // A delta d together with the gradient g at x_k it came from (a trainer's
@@ -124,12 +125,22 @@ class RoundEngine {
   // progress counts for the lead bound and skipping even when its estimates
   // were lost (a restarted node must learn where the others are).
   Receipt onKeepAlive(std::size_t node, std::int64_t round, Time now);
+  // A part of the neighbour's estimate of `round` arrived (the rest is on
+  // its way): a keep-alive, and while parts keep coming (each within a
+  // peer timeout of the last) the hard deadline waits for an estimate this
+  // round can use: on a slow link a whole estimate may take longer.
+  Receipt onArriving(std::size_t node, std::int64_t round, Time now);
   std::optional<RoundRecord> tryFinish(Time now);
   std::vector<Decision> takeDecisions();
   // The next time something can change without a message (cut-off, deadline,
   // a neighbour turning suspect); none when the driver should act now or wait
   // for a message or the gradient.
   std::optional<Time> nextWakeup(Time now) const;
+
+  // The update buffer after a round applied it, for the driver's next
+  // gradient (one buffer circulates between the engine and the compute
+  // thread instead of two); empty during a round and when none is spent.
+  Vector takeSpentUpdate();
 
   // Takes effect at the next round start.
   void setPolicy(const PolicySpec& spec);
@@ -177,7 +188,9 @@ class RoundEngine {
     // never gets that far.
     std::optional<Time> aheadSince;
     Time aheadLast{};  // the run's latest claim: a silence of a peer timeout ends it
-    std::optional<Time> revivalStart;  // a suspect's first message; a second revives it
+    std::optional<Time> revivalStart;      // a suspect's first message; a second revives it
+    std::optional<std::int64_t> arriving;  // the round of an estimate partly here
+    Time arrivingAt{};                     // its latest part
   };
 
   // What an estimate and a keep-alive share: the sender's slot, if it is a
@@ -199,6 +212,11 @@ class RoundEngine {
   const typename Mailbox<Scalar>::Entry* usable(const Slot& slot, std::int64_t round) const;
   std::int64_t oldestUseful() const;
   std::optional<CutoffReason> cutoffReached(Time now) const;
+  // A live neighbour without a usable estimate is sending one this round can use.
+  bool usableArriving(Time now) const;
+  // For the curvature (dynamic policy): x_k and g_k, or every stride-th
+  // value of them for a large model, so no model-sized copy is kept.
+  void keepCurvatureSample(const Vector& params, const Vector& gradient);
   std::optional<std::int64_t> skipTarget(Time now) const;
   RoundRecord finish(Time now, CutoffReason reason);
 
@@ -223,8 +241,8 @@ class RoundEngine {
   std::optional<CutoffReason> decidedReason_;  // symmetric: the cut-off already passed
   std::vector<Decision> outgoingDecisions_;
 
-  // x_i^k, x_hat and x_i^{k-1} rotate by swaps; x_i^k is published at the
-  // round start, so all three are shared.
+  // x_i^k and x_hat rotate by a swap; x_i^k is published at the round
+  // start, so both are shared.
   std::shared_ptr<Vector> params_;  // x_i^k
   std::shared_ptr<Vector> mixed_;   // x_hat
   Vector gradient_;                 // the update: a gradient, or a delta
@@ -236,8 +254,11 @@ class RoundEngine {
   Time gradientAt_{};
   double loss_ = 0.0;
   data::GradientStats stats_;
-  std::shared_ptr<Vector> previousParams_;
+  // x_{k-1} and g_{k-1} at every sampleStride_-th coordinate (all of
+  // them up to kCurvatureSample values).
+  Vector previousParams_;
   Vector previousGradient_;
+  Eigen::Index sampleStride_ = 1;
   double topologySelfWeight_;  // w_ii: what `renormalize` shares a missing weight with
   bool havePrevious_ = false;  // previousGradient_ holds g_{k-1}
   double previousEta_ = 0.0;

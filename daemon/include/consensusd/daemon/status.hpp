@@ -30,6 +30,11 @@ struct NeighborStatus {
   std::uint64_t duplicate = 0;
   std::uint64_t rejected = 0;
   std::uint64_t mixed = 0;
+  std::uint64_t receivedBytes = 0;  // estimate payload from it
+  double bytesPerSecond = 0;        // over the last second or more
+  // Its last estimate of several chunks, first chunk to last (0: none, or
+  // estimates of one chunk).
+  double transferMs = 0;
 };
 
 // The attached trainer (model.kind: external).

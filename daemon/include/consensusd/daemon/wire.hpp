@@ -1,9 +1,11 @@
 #pragma once
 // The wire format (DESIGN.md §6, docs/protocol.md): every message is a fixed
-// 64-byte little-endian header frame plus a payload frame. decode() checks
-// everything that can be checked without the round state; the engine then
-// drops stale and duplicate estimates. A reject is a value, never an
-// exception: malformed traffic is counted, never averaged.
+// 64-byte little-endian header frame plus a payload frame. An estimate
+// larger than one chunk travels as several ESTIMATE messages, each with its
+// offset and its own checksum. decode() checks everything that can be
+// checked without the round state; the engine then drops stale and
+// duplicate estimates. A reject is a value, never an exception: malformed
+// traffic is counted, never averaged.
 
 #include <array>
 #include <cstddef>
@@ -17,10 +19,14 @@
 namespace consensusd::wire {
 
 inline constexpr std::uint32_t kMagic = 0x4453434e;  // "NCSD" on the wire
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;
 inline constexpr std::size_t kHeaderSize = 64;
 
-enum class Kind : std::uint8_t { Hello = 1, Estimate = 2, Decision = 3, Bye = 4 };
+// READY goes the other way, receiver to sender: "my buffer for your
+// estimates is free, send the next" (estimates of more than one chunk only).
+enum class Kind : std::uint8_t { Hello = 1, Estimate = 2, Decision = 3, Bye = 4, Ready = 5 };
+// The most bytes one message carries; a larger estimate is sent in chunks.
+inline constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
 enum class Dtype : std::uint8_t { Float32 = 1, Float64 = 2 };
 
 std::size_t bytesPer(Dtype dtype);
@@ -29,13 +35,15 @@ struct Header {
   Kind kind = Kind::Estimate;
   Dtype dtype = Dtype::Float32;
   std::uint32_t sender = 0;    // topology index
-  std::uint32_t checksum = 0;  // CRC-32C of the payload
+  std::uint32_t checksum = 0;  // CRC-32C of this message's payload
   std::int64_t round = 0;
   std::uint64_t dimension = 0;
   std::uint64_t topologyHash = 0;
-  std::int64_t sentNs = 0;  // sender's clock, informational
-  std::uint64_t payloadBytes = 0;
-  std::uint64_t flags = 0;  // Decision: 1 = used
+  std::int64_t sentNs = 0;         // sender's clock, informational
+  std::uint64_t payloadBytes = 0;  // in this message
+  // One field on the wire (offset 56), read by kind:
+  std::uint64_t offset = 0;  // Estimate: where this chunk's bytes start in the estimate
+  std::uint64_t flags = 0;   // Decision: 1 = used; Ready: the grant's id
 };
 
 std::array<std::byte, kHeaderSize> encode(const Header& header);
@@ -66,12 +74,16 @@ enum class Reject {
   Topology,  // another topology hash
   Dtype,
   Dimension,
-  Length,  // payload size disagrees with dimension x dtype
+  Length,  // payload size or offset disagrees with dimension x dtype
   Checksum,
   NonFinite,
   Handshake,  // the connection failed the ZMTP handshake (junk bytes, another mechanism)
   Auth,       // CURVE: the ZAP handler denied the key (not a neighbour's)
-  Round,      // negative, or one the sender cannot honestly have reached (docs/protocol.md)
+  // Chunked estimates (docs/protocol.md, "Estimates in chunks"):
+  ChunkOrder,  // a chunk that does not continue the estimate being received
+  Truncated,   // an estimate abandoned half received (the sender moved on or went quiet)
+  Overrun,     // a new estimate while the last one's buffer is still in use
+  Round,       // negative, or one the sender cannot honestly have reached (docs/protocol.md)
 };
 // How many reasons there are (Round stays last): counters are indexed by them.
 inline constexpr std::size_t kRejectReasons = static_cast<std::size_t>(Reject::Round) + 1;
@@ -86,8 +98,9 @@ struct Expectation {
 // Header frame -> Header, or why not (magic, version, kind, size).
 std::variant<Header, Reject> decodeHeader(std::span<const std::byte> frame);
 
-// Full check of an Estimate/Hello against what this node expects; for an
-// Estimate also the payload's length, checksum and finiteness.
+// Full check of a message against what this node expects; for an Estimate
+// chunk also its length and offset (inside the estimate, whole values),
+// checksum and finiteness.
 std::optional<Reject> validate(const Header& header, std::span<const std::byte> payload,
                                const Expectation& expect);
 
