@@ -40,7 +40,7 @@ void check(int result, const std::string& what) {
   if (result < 0) throw std::system_error(errno, std::generic_category(), what);
 }
 
-void writeAll(int fd, const std::vector<std::byte>& bytes, const std::string& path) {
+void writeAll(int fd, std::span<const std::byte> bytes, const std::string& path) {
   std::size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
@@ -107,23 +107,29 @@ void CheckpointStore::failpoint(const char* name) const {
 }
 
 std::string CheckpointStore::save(const Checkpoint& checkpoint) {
+  return save(checkpoint, checkpoint.params, checkpoint.velocity);
+}
+
+std::string CheckpointStore::save(const Checkpoint& checkpoint, std::span<const std::byte> params,
+                                  std::span<const std::byte> velocity) {
   ++saves_;
   fs::create_directories(folder_);
-  std::vector<std::byte> bytes;
-  bytes.insert(bytes.end(), reinterpret_cast<const std::byte*>(kMagic),
-               reinterpret_cast<const std::byte*>(kMagic) + 8);
-  append(bytes, checkpoint.round);
-  append(bytes, checkpoint.topologyHash);
-  append(bytes, checkpoint.node);
-  append(bytes, static_cast<std::uint32_t>(checkpoint.dtype));
-  append(bytes, checkpoint.dimension);
-  if (!checkpoint.velocity.empty() && checkpoint.velocity.size() != checkpoint.params.size())
+  std::vector<std::byte> header;
+  header.insert(header.end(), reinterpret_cast<const std::byte*>(kMagic),
+                reinterpret_cast<const std::byte*>(kMagic) + 8);
+  append(header, checkpoint.round);
+  append(header, checkpoint.topologyHash);
+  append(header, checkpoint.node);
+  append(header, static_cast<std::uint32_t>(checkpoint.dtype));
+  append(header, checkpoint.dimension);
+  if (!velocity.empty() && velocity.size() != params.size())
     throw std::invalid_argument("checkpoint velocity and parameters differ in size");
   // Vectors that follow the header: the parameters, then the velocity if any.
-  append(bytes, static_cast<std::uint32_t>(checkpoint.velocity.empty() ? 1 : 2));
-  bytes.insert(bytes.end(), checkpoint.params.begin(), checkpoint.params.end());
-  bytes.insert(bytes.end(), checkpoint.velocity.begin(), checkpoint.velocity.end());
-  append(bytes, wire::checksum(bytes.data(), bytes.size()));
+  append(header, static_cast<std::uint32_t>(velocity.empty() ? 1 : 2));
+  std::vector<std::byte> trailer;
+  append(trailer, wire::checksum(velocity.data(), velocity.size(),
+                                 wire::checksum(params.data(), params.size(),
+                                                wire::checksum(header.data(), header.size()))));
 
   char name[40];
   std::snprintf(name, sizeof name, "round-%012lld.ckpt", static_cast<long long>(checkpoint.round));
@@ -133,7 +139,9 @@ std::string CheckpointStore::save(const Checkpoint& checkpoint) {
   check(fd, "open " + temp);
   bool open = true;
   try {
-    writeAll(fd, bytes, temp);
+    for (const std::span<const std::byte> part :
+         {std::span<const std::byte>(header), params, velocity, std::span<const std::byte>(trailer)})
+      writeAll(fd, part, temp);
     failpoint("checkpoint-before-fsync");
     check(::fsync(fd), "fsync " + temp);
     open = false;  // closed even when close reports an error

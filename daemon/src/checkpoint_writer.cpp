@@ -29,9 +29,7 @@ std::optional<std::string> CheckpointWriter::trySave(std::int64_t round,
   try {
     Checkpoint checkpoint = identity_;
     checkpoint.round = round;
-    checkpoint.params.assign(params.begin(), params.end());
-    checkpoint.velocity.assign(velocity.begin(), velocity.end());
-    std::string path = store_.save(checkpoint);
+    std::string path = store_.save(checkpoint, params, velocity);  // from the engine's buffers
     lastRound_ = round;
     spdlog::info("checkpoint {} (round {})", path, round);
     return path;

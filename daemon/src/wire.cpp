@@ -340,12 +340,12 @@ void useCrcPath(CrcPath path) {
   chosenPath().store(path, std::memory_order_relaxed);
 }
 
-std::uint32_t checksum(const void* data, std::size_t bytes) {
+std::uint32_t checksum(const void* data, std::size_t bytes, std::uint32_t previous) {
   const auto* at = static_cast<const unsigned char*>(data);
   const CrcPath path = chosenPath().load(std::memory_order_relaxed);
-  if (path == CrcPath::Portable) return ~crc32cPortable(~0u, at, bytes);
+  if (path == CrcPath::Portable) return ~crc32cPortable(~previous, at, bytes);
   std::uint64_t unused = 0;
-  return ~crc32cFlagged(path, ~0u, at, bytes, Exponents{}, unused);
+  return ~crc32cFlagged(path, ~previous, at, bytes, Exponents{}, unused);
 }
 
 std::array<std::byte, kHeaderSize> encode(const Header& header) {

@@ -42,6 +42,10 @@ class CheckpointStore {
 
   // Writes and commits; returns the path. Throws std::runtime_error on I/O errors.
   std::string save(const Checkpoint& checkpoint);
+  // The same with the vectors where they are (`identity`'s are ignored):
+  // written from there, never copied (a model of any size adds no memory).
+  std::string save(const Checkpoint& identity, std::span<const std::byte> params,
+                   std::span<const std::byte> velocity);
 
   struct Rejected {
     std::string path;

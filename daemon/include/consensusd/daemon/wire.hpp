@@ -49,7 +49,9 @@ struct Header {
 std::array<std::byte, kHeaderSize> encode(const Header& header);
 // CRC-32C (Castagnoli): by carry-less multiplication folding where the CPU
 // has VPCLMULQDQ and AVX2, else three streams of SSE4.2's crc32, else a table.
-std::uint32_t checksum(const void* data, std::size_t bytes);
+// `previous`: the checksum of what came before, to continue it
+// (checksum(A B) == checksum(B, checksum(A))).
+std::uint32_t checksum(const void* data, std::size_t bytes, std::uint32_t previous = 0);
 // The ways this CPU can compute it, slowest first; every checksum and
 // validate() in the process takes the one chosen (by default the last).
 // Tests and benchmarks compare them.
