@@ -139,8 +139,8 @@ std::string CheckpointStore::save(const Checkpoint& checkpoint, std::span<const 
   check(fd, "open " + temp);
   bool open = true;
   try {
-    for (const std::span<const std::byte> part :
-         {std::span<const std::byte>(header), params, velocity, std::span<const std::byte>(trailer)})
+    for (const std::span<const std::byte> part : {std::span<const std::byte>(header), params,
+                                                  velocity, std::span<const std::byte>(trailer)})
       writeAll(fd, part, temp);
     failpoint("checkpoint-before-fsync");
     check(::fsync(fd), "fsync " + temp);
