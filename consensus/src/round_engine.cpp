@@ -212,6 +212,15 @@ std::optional<typename RoundEngine<Scalar>::Start> RoundEngine<Scalar>::tryStart
     policy_ = makePolicy(*pendingPolicy_, options_.warmupRounds);
     pendingPolicy_.reset();
   }
+  if (!started_) {
+    // A neighbour not heard yet is suspect a peer timeout after our first
+    // round began, not after we were made (making a large model resident
+    // can take seconds).
+    for (Slot& slot : slots_)
+      if (slot.newestRound < 0 && !slot.revivalStart)
+        slot.lastHeard = std::max(slot.lastHeard, now);
+    started_ = true;
+  }
   phase_ = Phase::Running;
   roundStart_ = now;
   blocked_ = blockedSince_ ? now - *blockedSince_ : Duration::zero();
@@ -354,6 +363,14 @@ bool RoundEngine<Scalar>::usableArriving(Time now) const {
       return true;
   }
   return false;
+}
+
+template <class Scalar>
+std::vector<std::span<Scalar>> RoundEngine<Scalar>::modelBuffers() {
+  std::vector<std::span<Scalar>> out;
+  for (Vector* v : {params_.get(), mixed_.get(), &gradient_})
+    if (v->size() > 0) out.emplace_back(v->data(), static_cast<std::size_t>(v->size()));
+  return out;
 }
 
 template <class Scalar>

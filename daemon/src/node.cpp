@@ -16,6 +16,7 @@
 #include "consensusd/daemon/wire.hpp"
 #include "consensusd/data/partition.hpp"
 #include "consensusd/version.hpp"
+#include "resident.hpp"
 #include "service_notify.hpp"
 #include "telemetry.hpp"
 #include "trainer_endpoint.hpp"
@@ -189,6 +190,8 @@ class Runner {
     engine_ = std::make_unique<consensus::RoundEngine<Scalar>>(
         topology_, self_, engineOptions_, config::schedule(cfg_), cfg_.train.momentum,
         std::move(params), now(), firstRound);
+    for (const std::span<Scalar> buffer : engine_->modelBuffers())
+      makeResident(std::as_writable_bytes(buffer));
     if (velocity.size() > 0 && cfg_.train.momentum > 0) engine_->restoreVelocity(velocity);
     if (worker_)
       worker_->recycle(engine_->takeSpentUpdate());  // its zeros: the one gradient buffer
@@ -284,6 +287,7 @@ class Runner {
   }
   void finished(const consensus::RoundRecord& record) {
     finishedRound_ = true;
+    watchLinks(record);
     // One gradient buffer: back to the compute thread for the next round.
     if (worker_) worker_->recycle(engine_->takeSpentUpdate());
     telemetry_.onRecord(record);
@@ -503,8 +507,50 @@ class Runner {
                                              update.accuracy.value_or(telemetry_.accuracy())});
   }
 
+  // A neighbour whose estimates take about as long as a round (or longer)
+  // sets the node's pace, or arrives too late to be mixed: said once per
+  // neighbour, with the figures, after three such estimates in a row.
+  void watchLinks(const consensus::RoundRecord& record) {
+    const double roundS = std::chrono::duration<double>(record.end - record.start).count();
+    for (std::size_t s = 0; s < engine_->degree(); ++s) {
+      const std::size_t node = engine_->nodeOfSlot(s);
+      const Inflow inflow = transport_->inflow(node);
+      LinkWatch& watch = linkWatch_[node];
+      if (inflow.transfer == watch.lastTransfer || watch.logged) continue;  // no new estimate
+      watch.lastTransfer = inflow.transfer;
+      const double transferS = std::chrono::duration<double>(inflow.transfer).count();
+      watch.slowInARow = transferS >= 0.8 * roundS ? watch.slowInARow + 1 : 0;
+      if (watch.slowInARow < 3) continue;
+      watch.logged = true;
+      const double megabytes = static_cast<double>(dimension_ * sizeof(Scalar)) / 1e6;
+      spdlog::warn(
+          "the link from {} is the bottleneck: its estimates ({:.0f} MB) take {:.2f} s to arrive "
+          "({:.0f} Mbit/s) and rounds {:.2f} s{}",
+          topology_.node(node).id, megabytes, transferS, megabytes * 8 / transferS, roundS,
+          transferS > roundS ? "; they arrive rounds late and are mixed only when the round waits"
+                             : "");
+    }
+  }
+
+  // An estimate in chunks still on its way (the neighbour's round may wait
+  // for it) goes out in full, for at most a peer timeout; a second SIGTERM
+  // ends the wait.
+  void finishSends() {
+    const Time until = now() + engineOptions_.peerTimeout;
+    while (transport_->sending() && now() < until) {
+      auto& items = pollItems_;
+      items = {{nullptr, signalFd_, ZMQ_POLLIN, 0}};
+      transport_->append(items);
+      zmq::poll(items, std::chrono::milliseconds(50));
+      if (items[0].revents & ZMQ_POLLIN) return;
+      if (transport_->serve(std::span(items).subspan(1), now())) receive();
+      transport_->offerBuffers(now());
+    }
+  }
+
   void shutdown() {
     service_.stopping();
+    finishSends();  // before the checkpoint: writing a large model takes seconds
     trySaveCheckpoint();
     transport_->sendControl(wire::Kind::Bye, 0, 0, std::nullopt, now());
     // A model of our own: the compute thread may still be busy with its.
@@ -546,6 +592,12 @@ class Runner {
 
   data::TrainTest data_;
   std::vector<std::size_t> histogram_;
+  struct LinkWatch {
+    Duration lastTransfer{};
+    int slowInARow = 0;
+    bool logged = false;
+  };
+  std::map<std::size_t, LinkWatch> linkWatch_;  // per in-neighbour: is its link the bottleneck
   std::unique_ptr<ComputeWorker<Scalar>> worker_;
   std::size_t dimension_ = 0;
   std::optional<Transport> transport_;

@@ -8,6 +8,7 @@
 #include <zmq_addon.hpp>
 
 #include "consensusd/daemon/status_server.hpp"
+#include "resident.hpp"
 
 namespace consensusd::daemon {
 namespace {
@@ -87,7 +88,11 @@ Transport::Transport(const topology::Topology& topology, std::size_t self, Trans
     peerIndex_[topology_.node(in.index).id] = in.index;
     peerBySender_[static_cast<std::uint32_t>(in.index)] = in.index;
     counters_.rejectedFrom[in.index] = 0;
-    receivers_[in.index];
+    Receiver& receiver = receivers_[in.index];
+    if (chunked_) {  // the neighbour's buffer, resident now rather than in the first round
+      receiver.buffer = std::shared_ptr<std::byte[]>(new std::byte[estimateBytes_]);
+      makeResident({receiver.buffer.get(), estimateBytes_});
+    }
   }
   openRouter();
   connectDealers();
@@ -471,7 +476,9 @@ std::optional<std::variant<Inbound, Rejected>> Transport::receiveChunk(std::size
                     "round " + std::to_string(h.round) + " before our READY");
     }
     in.dropping.reset();
-    if (!in.buffer) in.buffer = std::shared_ptr<std::byte[]>(new std::byte[estimateBytes_]);
+    if (!in.buffer)
+      in.buffer = std::shared_ptr<std::byte[]>(
+          new std::byte[estimateBytes_]);  // a sender that splits a small estimate
     in.round = h.round;
     in.received = 0;
     in.header = h;
@@ -562,6 +569,13 @@ void Transport::offerBuffers(Time now) {
     in.grant = any(grants_);
     sendReady(in, now);
   }
+}
+
+bool Transport::sending() const {
+  for (const auto& [node, link] : links_)
+    if (link.sending || !link.controls.empty() || (link.estimate && (!chunked_ || link.grant)))
+      return true;
+  return false;
 }
 
 Inflow Transport::inflow(std::size_t peer) const {

@@ -146,6 +146,9 @@ class Transport {
   const TrafficCounters& counters() const { return counters_; }
   // Per in-neighbour (topology index); zeros before anything arrived.
   Inflow inflow(std::size_t peer) const;
+  // An estimate (or a control) is still going out, or may now: one in
+  // chunks begun, or one waiting that the neighbour granted.
+  bool sending() const;
   // Whether estimates go in several chunks (and so wait for READY).
   bool chunked() const { return chunked_; }
 

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <variant>
 #include <vector>
 
@@ -137,6 +138,10 @@ class RoundEngine {
   // for a message or the gradient.
   std::optional<Time> nextWakeup(Time now) const;
 
+  // The engine's model-sized buffers (x_k, x_hat, the update): where its
+  // memory is, for a driver that makes it resident before the first round.
+  std::vector<std::span<Scalar>> modelBuffers();
+
   // The update buffer after a round applied it, for the driver's next
   // gradient (one buffer circulates between the engine and the compute
   // thread instead of two); empty during a round and when none is spent.
@@ -232,6 +237,7 @@ class RoundEngine {
   data::Sgd<Scalar> sgd_;
 
   Phase phase_ = Phase::Idle;
+  bool started_ = false;  // a first round began: silence counts from then
   std::int64_t round_;
   Time roundStart_{};
   std::optional<Time> blockedSince_;  // first refusal by the lead bound
