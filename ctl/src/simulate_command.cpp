@@ -35,6 +35,9 @@ struct SimulateOptions {
   double latencyMs = 0.1;
   double bandwidthGbps = 10;
   double linkSpread = 0;
+  double downloadMbps = 0;
+  std::vector<std::string> downloads;  // NODE=MBPS
+  double estimateMb = 0;
   double timeS = 60;
   double sampleMs = 500;
   double target = 0.8;
@@ -139,6 +142,28 @@ std::vector<sim::Attacker> parseAttacks(const std::vector<std::string>& specs,
   return attackers;
 }
 
+// Every node's download rate in bytes/s: `all` Mbit/s, then NODE=MBPS for one.
+std::vector<double> parseDownloads(double all, const std::vector<std::string>& specs,
+                                   const topology::Topology& graph) {
+  std::vector<double> rates(graph.size(), all * 1e6 / 8);
+  for (const std::string& spec : specs) {
+    const auto eq = spec.find('=');
+    const auto index = eq == std::string::npos ? std::nullopt : graph.indexOf(spec.substr(0, eq));
+    double mbps = -1;
+    std::size_t used = 0;
+    try {
+      if (index) mbps = std::stod(spec.substr(eq + 1), &used);
+    } catch (const std::exception&) {
+      mbps = -1;
+    }
+    if (!index || mbps <= 0 || used != spec.size() - eq - 1)
+      throw UsageError("--download '" + spec +
+                       "': expected NODE=MBPS with NODE a node of the topology and MBPS > 0");
+    rates[*index] = mbps * 1e6 / 8;
+  }
+  return rates;
+}
+
 consensus::Duration milliseconds(double ms) {
   return std::chrono::duration_cast<consensus::Duration>(
       std::chrono::duration<double, std::milli>(ms));
@@ -221,6 +246,8 @@ int runSimulate(const SimulateOptions& options) {
   }
 
   const std::vector<sim::Attacker> attackers = parseAttacks(options.attacks, graph);
+  const std::vector<double> downloads =
+      parseDownloads(options.downloadMbps, options.downloads, graph);
 
   const data::TrainTest data = data::load(config::dataSource(common));
   const auto parts = data::partition(data.train, config::partitionOptions(common, graph.size()));
@@ -250,6 +277,8 @@ int runSimulate(const SimulateOptions& options) {
       sim.link.latency = milliseconds(options.latencyMs);
       sim.link.bytesPerSecond = options.bandwidthGbps * 1e9 / 8;
       sim.link.spread = options.linkSpread;
+      sim.link.downloadBytesPerSecond = downloads;
+      sim.link.estimateBytes = static_cast<std::size_t>(options.estimateMb * 1e6);
       sim.sampleEvery = milliseconds(options.sampleMs);
       sim.maxTime = milliseconds(options.timeS * 1000);
       sim.stopAtAccuracy = options.stopAtTarget ? options.target : 0.0;
@@ -394,6 +423,17 @@ void addSimulateCommand(CLI::App& parent, std::function<int()>& action) {
   cmd->add_option("--link-spread", o->linkSpread,
                   "Links of mixed speed: each link exp(SPREAD Z) times slower (latency x, "
                   "bandwidth /), Z standard normal drawn per link from the seed; 0: all alike")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--download-mbps", o->downloadMbps,
+                  "Every node's download rate in Mbit/s, estimates into a node one after "
+                  "another (as scripts/netns-testbed --rate); 0: none, links as above")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--download", o->downloads, "NODE=MBPS: one node's download rate (repeatable)");
+  cmd->add_option("--estimate-mb", o->estimateMb,
+                  "What an estimate weighs on the wire in MB (0: the model's size): big models' "
+                  "links with a small model's gradients")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--time-s", o->timeS, "Virtual time per run")->capture_default_str();

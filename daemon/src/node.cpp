@@ -533,10 +533,11 @@ class Runner {
   }
 
   // An estimate in chunks still on its way (the neighbour's round may wait
-  // for it) goes out in full, for at most a peer timeout; a second SIGTERM
-  // ends the wait.
+  // for it) goes out in full while it moves: the wait ends when nothing
+  // could be sent for a peer timeout, or on a second SIGTERM.
   void finishSends() {
-    const Time until = now() + engineOptions_.peerTimeout;
+    std::uint64_t sent = transport_->counters().bytesSent;
+    Time until = now() + engineOptions_.peerTimeout;
     while (transport_->sending() && now() < until) {
       auto& items = pollItems_;
       items = {{nullptr, signalFd_, ZMQ_POLLIN, 0}};
@@ -545,6 +546,10 @@ class Runner {
       if (items[0].revents & ZMQ_POLLIN) return;
       if (transport_->serve(std::span(items).subspan(1), now())) receive();
       transport_->offerBuffers(now());
+      if (transport_->counters().bytesSent != sent) {
+        sent = transport_->counters().bytesSent;
+        until = now() + engineOptions_.peerTimeout;
+      }
     }
   }
 

@@ -609,7 +609,7 @@ void Transport::welcome(std::size_t peer, Time now) {
   lastHeard_[peer] = now;
   if (!returning) return;
   if (heard != lastHeard_.end()) spdlog::info("{} is back", topology_.node(peer).id);
-  resendTo(peer, now);
+  if (!chunked_) resendTo(peer, now);  // in chunks, its READY says what it lacks
 }
 
 void Transport::resendTo(std::size_t peer, Time now) {

@@ -36,7 +36,7 @@ namespace {
 // reject, never a neighbour silent for a peer timeout, and a peak memory of
 // (3 + in-degree) models and 64 MB: x_k, x_k+1, the gradient, one estimate.
 void checkRun(const std::string& folder, const std::string& id, std::int64_t rounds, double peak,
-              double modelBytes) {
+              double modelBytes, double lineRateS = 0) {
   std::ifstream in(folder + "/" + id + ".jsonl");
   std::vector<json> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
@@ -45,6 +45,8 @@ void checkRun(const std::string& folder, const std::string& id, std::int64_t rou
     INFO(lines[k].dump());
     CHECK(lines[k]["responders"] == 1);
     CHECK(lines[k]["cutoff"] == "count");
+    // The link was slow for real: no round beats its line rate.
+    CHECK(lines[k]["duration_ms"].get<double>() >= 1000 * lineRateS);
   }
   CHECK(lines.back()["rejects"].empty());
   std::ifstream logFile(folder + "/" + id + ".log");
@@ -111,7 +113,8 @@ TEST_CASE("two hosts at 100 Mbit/s: a 100 MB estimate is mixed every round, nobo
   for (std::size_t i = 0; i < kNodes2; ++i) {
     CHECK(watch.heard[i]);
     REQUIRE(daemons[i]->wait(5s) == 0);
-    checkRun(dir.path(), "n" + std::to_string(i), kRounds, watch.peak[i], kModelBytes);
+    checkRun(dir.path(), "n" + std::to_string(i), kRounds, watch.peak[i], kModelBytes,
+             kModelBytes * 8 / 100e6);
   }
 }
 

@@ -310,3 +310,27 @@ TEST_CASE("robust mixing keeps honest nodes close to a clean run when a neighbou
     CHECK(worstHonest(finalParams(robust, std::nullopt)) < seedSpread / 2);
   }
 }
+
+TEST_CASE("two nodes at 100 Mbit/s: a 100 MB estimate takes 8 s, as in the daemon's shaped test") {
+  // The daemon test "two hosts at 100 Mbit/s" (tests/integration/
+  // big_models_test.cpp): each node's download held to 100 Mbit/s, an
+  // estimate of 100 MB, policy all. Both send at a round's start; each
+  // estimate is in 8 s later, so rounds end at 8, 16, ..., 40 s: five by
+  // 40.005 s, each with its neighbour mixed (the daemon's rounds, on a real
+  // link, take 1.10-1.15 times as long).
+  Setup setup("chain", 2);
+  setup.options.link.downloadBytesPerSecond.assign(2, 100e6 / 8);
+  setup.options.link.estimateBytes = 100'000'000;
+  setup.options.maxTime = 40'005ms;
+  setup.options.sampleEvery = 40'005ms;
+  const auto result = setup.run();
+  CHECK(result.nodeRounds == std::vector<std::int64_t>{5, 5});
+  // A node whose download is shared by two neighbours' estimates (a ring of
+  // three): 16 s a round.
+  Setup ring("ring", 3);
+  ring.options.link.downloadBytesPerSecond.assign(3, 100e6 / 8);
+  ring.options.link.estimateBytes = 100'000'000;
+  ring.options.maxTime = 40'005ms;
+  ring.options.sampleEvery = 40'005ms;
+  CHECK(ring.run().nodeRounds == std::vector<std::int64_t>{2, 2, 2});
+}

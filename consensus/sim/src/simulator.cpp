@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <exception>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -21,7 +22,9 @@ using consensus::Time;
 using Engine = consensus::RoundEngine<float>;
 using Vector = Eigen::VectorXf;
 
-enum class EventKind { Gradient, Estimate, Decision, Wake, Sample };
+// Arriving: part of an estimate of several chunks is in (the daemon hears
+// every chunk; here one such event every peer_timeout / 4 of the transfer).
+enum class EventKind { Gradient, Estimate, Arriving, Decision, Wake, Sample };
 
 struct Event {
   Time at;
@@ -280,6 +283,9 @@ class Simulation {
           node.engine->onEstimate(event.from, event.round, event.payload->data(), event.at,
                                   event.payload);  // shared by every receiver, not copied
           break;
+        case EventKind::Arriving:
+          node.engine->onArriving(event.from, event.round, event.at);
+          break;
         case EventKind::Decision:
           node.engine->onDecision(event.from, event.round, event.used, event.at);
           break;
@@ -309,6 +315,28 @@ class Simulation {
     if (options_.link.spread == 0) return time;
     return std::chrono::duration_cast<Duration>(time *
                                                 linkSlowness(options_.link, options_.seed, a, b));
+  }
+
+  // When an estimate of `bytes` sent from a to b at `at` is in: through b's
+  // download if it has one (after the estimates before it), else over the link.
+  Time arrival(Time at, std::size_t bytes, std::size_t a, std::size_t b) {
+    const auto& download = options_.link.downloadBytesPerSecond;
+    if (b >= download.size() || download[b] <= 0) return at + transfer(bytes, a, b);
+    Time& free = downloadFree_[b];
+    const Time begins = std::max(at + options_.link.latency, free);
+    free = begins + std::chrono::duration_cast<Duration>(
+                        std::chrono::duration<double>(static_cast<double>(bytes) / download[b]));
+    return free;
+  }
+
+  // An estimate of several chunks is heard while it arrives, as in the
+  // daemon: a slow link is not a silent neighbour.
+  void arriving(Time begins, Time in, std::size_t bytes, std::size_t a, std::size_t b,
+                std::int64_t round) {
+    constexpr std::size_t kChunkBytes = std::size_t{1} << 20;  // the daemon's (wire.hpp)
+    if (bytes <= kChunkBytes) return;
+    const Duration every = options_.engine.peerTimeout / 4;
+    for (Time t = begins; t < in; t += every) push(t, EventKind::Arriving, b, a, round);
   }
 
   // Node i's side of consensus::step: events for what the engine hands back.
@@ -356,10 +384,14 @@ class Simulation {
     Duration delay{};
     for (const consensus::Straggler& straggler : node.stragglers)
       delay += straggler.linkDelay(round);
-    const std::size_t bytes = static_cast<std::size_t>(payload->size()) * sizeof(float);
-    for (const topology::Neighbor& out : topology_.outNeighbors(i))
-      push(now + transfer(bytes, i, out.index) + delay, EventKind::Estimate, out.index, i, round,
-           false, payload);
+    const std::size_t bytes = options_.link.estimateBytes != 0
+                                  ? options_.link.estimateBytes
+                                  : static_cast<std::size_t>(payload->size()) * sizeof(float);
+    for (const topology::Neighbor& out : topology_.outNeighbors(i)) {
+      const Time in = arrival(now + delay, bytes, i, out.index);
+      arriving(now + delay, in, bytes, i, out.index, round);
+      push(in, EventKind::Estimate, out.index, i, round, false, payload);
+    }
     node.job.params = params;
     node.job.indices = node.sampler.next();
     gradients_->submit(i);
@@ -432,7 +464,8 @@ class Simulation {
   TestAccuracy testAccuracy_;
   std::optional<data::Dataset> nodeTest_;
   std::vector<Node> nodes_;
-  std::optional<Gradients> gradients_;  // after nodes_: its workers stop first
+  std::map<std::size_t, Time> downloadFree_;  // per node with a download rate: when it is idle
+  std::optional<Gradients> gradients_;        // after nodes_: its workers stop first
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::uint64_t order_ = 0;
   double backups_ = 0;  // per-row sums over the rounds recorded since the last row

@@ -23,10 +23,20 @@ using consensus::Duration;
 // times slower than that (latency x s, bandwidth / s, both ways), s =
 // exp(spread Z) with Z standard normal, drawn once per link from the run's
 // seed: a log-normal network, some links several times faster, some slower.
+//
+// A node with a download rate receives every estimate through it, one after
+// another (first come, first served), as a node whose veth the kernel holds
+// to that rate (scripts/netns-testbed --rate): an estimate arrives once
+// the ones before it are in and its bytes have passed at that rate. Such a
+// node's links are then that rate, not `bytesPerSecond`.
 struct LinkModel {
   Duration latency{std::chrono::microseconds(100)};
-  double bytesPerSecond = 1.25e9;  // 10 Gbit/s
-  double spread = 0;               // sigma of ln(s)
+  double bytesPerSecond = 1.25e9;              // 10 Gbit/s
+  double spread = 0;                           // sigma of ln(s)
+  std::vector<double> downloadBytesPerSecond;  // per node; 0 or missing: none
+  // What an estimate weighs on the wire; 0: the model's size. Big models'
+  // links with a small model's gradients (the exchange's timing only).
+  std::size_t estimateBytes = 0;
 };
 
 // A node that trains honestly but sends its neighbours garbage instead of
