@@ -325,3 +325,77 @@ TEST_CASE("dynamic: neighbours a phase behind, in with our own gradient, are wai
   CHECK(mixed[99] == 1);
   CHECK(std::all_of(mixed.begin() + 105, mixed.end(), [](std::size_t n) { return n == 4; }));
 }
+
+TEST_CASE("dynamic on a link that takes seconds: the forecast sees it, and no round waits for it") {
+  // A hub with three neighbours in 20-40 ms and one whose link takes 4 s an
+  // estimate, one estimate at a time (the daemon's flow control), parts of
+  // it heard every 100 ms while it arrives. The first rounds (warm-up, all)
+  // wait the 4 s; then the rule leaves the slow one out, and a round that
+  // does so ends when the three are in: never on the slow link's time.
+  EngineOptions options;
+  options.policy.kind = PolicyKind::Dynamic;
+  options.roundSkipping = false;
+  options.warmupRounds = 2;
+  options.maxLead = 1'000'000;  // the slow neighbour's rounds lag far behind
+  Hub hub(options, 0.05);
+  Time now{};
+  Time slowBegan{};  // the slow neighbour's estimate on its way since
+  std::int64_t slowRound = 0;
+  Time nextPart = ms(100);
+  Time nextHello = ms(1'000);
+  std::vector<RoundRecord> records;
+  while (now < ms(60'000)) {
+    const auto start = hub.engine.tryStart(now);
+    REQUIRE(start);
+    const std::int64_t k = start->round;
+    const Time t0 = now;
+    // Events of this round in time order, until it ends.
+    std::vector<std::pair<Time, std::size_t>> events{
+        {t0 + ms(10), 0}, {t0 + ms(20), 1}, {t0 + ms(30), 2}, {t0 + ms(40), 3}};
+    std::optional<RoundRecord> record;
+    std::size_t e = 0;
+    while (!record) {
+      const Time slowIn = slowBegan + ms(4'000);
+      Time at = std::min({nextPart, slowIn, nextHello});
+      if (e < events.size()) at = std::min(at, events[e].first);
+      if (const auto wake = hub.engine.nextWakeup(now)) at = std::min(at, *wake);
+      now = at;
+      if (e < events.size() && events[e].first == now) {
+        if (events[e].second == 0)
+          hub.gradient(now, 1.0);
+        else
+          hub.send(events[e].second, k, 1.0, now);
+        ++e;
+      } else if (now == slowIn) {
+        hub.send(4, slowRound, 1.0, now);
+        slowBegan = now;  // the next begins at once, of the hub's round
+        slowRound = hub.engine.round();
+        nextPart = now + ms(100);
+      } else if (now == nextHello) {
+        for (std::size_t j = 1; j <= 3; ++j) hub.engine.onKeepAlive(j, hub.engine.round(), now);
+        nextHello = now + ms(1'000);
+      } else if (now == nextPart) {
+        hub.engine.onArriving(4, slowRound, now);
+        nextPart = now + ms(100);
+      }
+      record = hub.engine.tryFinish(now);
+    }
+    records.push_back(*record);
+  }
+  REQUIRE(records.size() > 100);
+  // Warm-up: every neighbour, on the slow link's time.
+  CHECK(records[0].responders.size() == 4);
+  CHECK(records[0].end - records[0].start >= ms(3'900));
+  // The timing model has the slow link's seconds, not a censored guess.
+  CHECK(hub.engine.arrivals().offsetQuantile(3, 0.5) >= ms(3'000));
+  std::size_t without = 0;
+  for (std::size_t r = 2; r < records.size(); ++r) {
+    const RoundRecord& record = records[r];
+    if (record.target == 4) continue;
+    ++without;
+    INFO("round " << record.round << " waited for " << record.target);
+    CHECK(record.reason == CutoffReason::Count);
+    CHECK(record.end - record.start <= ms(40));
+  }
+  CHECK(without >= records.size() * 9 / 10);
+}
