@@ -274,10 +274,14 @@ std::vector<Key> makeKeys() {
               "Rounds behind the neighbours that trigger a skip."),
       integer("consensus.mailbox_depth", CONSENSUSD_FIELD(consensus.mailboxDepth), 1, 1024,
               "Estimates kept per neighbour (mix_round: same)."),
-      number("consensus.peer_timeout_ms", CONSENSUSD_FIELD(consensus.peerTimeoutMs), 1, kHuge,
-             "Silence after which a neighbour is suspect."),
-      number("consensus.hard_deadline_ms", CONSENSUSD_FIELD(consensus.hardDeadlineMs), 1, kHuge,
-             "No round waits longer than this for neighbours."),
+      number(
+          "consensus.peer_timeout_ms", CONSENSUSD_FIELD(consensus.peerTimeoutMs), 1, kHuge,
+          "Silence after which a neighbour is suspect (any message of it counts, each chunk of an "
+          "estimate too)."),
+      number(
+          "consensus.hard_deadline_ms", CONSENSUSD_FIELD(consensus.hardDeadlineMs), 1, kHuge,
+          "No round waits longer than this for neighbours, but for an estimate it can use that is "
+          "still arriving (its chunks keep coming)."),
       integer("consensus.warmup_rounds", CONSENSUSD_FIELD(consensus.warmupRounds), 0, 1000000,
               "Rounds with policy all that seed the dynamic policy's estimators."),
       integer("consensus.window_rounds", CONSENSUSD_FIELD(consensus.windowRounds), 1, 100000,

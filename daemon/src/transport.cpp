@@ -327,11 +327,14 @@ void Transport::sendControl(wire::Kind kind, std::int64_t round, std::uint64_t f
 
 void Transport::keepAlive(std::int64_t round, Time now) {
   owner_.check();
-  const auto bytes = wire::encode(header(wire::Kind::Hello, round, now));
   for (auto& [node, link] : links_) {
     if (link.helloWaiting) continue;  // the one waiting says as much
     link.helloWaiting = true;
-    queueControl(link, bytes, true);
+    // Whether an estimate in chunks to it is under way: a control goes out
+    // before the next chunk, so this is still true when the HELLO leaves.
+    wire::Header h = header(wire::Kind::Hello, round, now);
+    h.flags = link.sending ? wire::kHelloSending : 0;
+    queueControl(link, wire::encode(h), true);
     flush(link, now);
   }
   for (auto& [peer, in] : receivers_)
@@ -445,9 +448,16 @@ std::optional<std::variant<Inbound, Rejected>> Transport::receive(Time now) {
   if (!misread) noteRoutingId(*from, frames[0].to_string());
   if (h.kind == wire::Kind::Estimate && (h.offset != 0 || h.payloadBytes != estimateBytes_))
     return receiveChunk(*from, h, frames[2], now);
-  if (h.kind == wire::Kind::Estimate) {
-    Receiver& in = receivers_.at(*from);
-    in.flow.bytes += h.payloadBytes;
+  Receiver& in = receivers_.at(*from);
+  if (h.kind == wire::Kind::Estimate) in.flow.bytes += h.payloadBytes;
+  // The sender's chunks and its HELLO or BYE come in order on one
+  // connection: one saying no estimate is under way, while we still wait for
+  // part of one, means that part was lost (the connection dropped it).
+  if (in.round && (h.kind == wire::Kind::Bye ||
+                   (h.kind == wire::Kind::Hello && (h.flags & wire::kHelloSending) == 0))) {
+    reject(*from, wire::Reject::Truncated,
+           "round " + std::to_string(*in.round) + ": the sender sends no more of it");
+    abandon(in);
   }
   auto message = std::make_shared<zmq::message_t>(std::move(frames[2]));
   const std::span<const std::byte> bytes(static_cast<const std::byte*>(message->data()),
@@ -557,11 +567,6 @@ void Transport::offerBuffers(Time now) {
       in.windowStart = now;
     }
     if (!chunked_) continue;
-    if (in.round && now - in.lastAt > options_.peerTimeout) {
-      reject(peer, wire::Reject::Truncated,
-             "round " + std::to_string(*in.round) + ": no chunk for a peer timeout");
-      abandon(in);
-    }
     // READY goes back on the connection the neighbour speaks on: none until it spoke.
     const bool free = !in.round && (!in.buffer || in.buffer.use_count() == 1);
     if (!free || in.grant != 0 || in.routingId.empty()) continue;

@@ -372,14 +372,23 @@ TEST_CASE("transport: chunks out of order, cut short or over the flow are droppe
     a.send(chunkFrom(pair, 1, 0, nan), nan);
     CHECK(reason(next({&b}, b)) == "non_finite");
   }
-  SUBCASE("a partial estimate that goes quiet for a peer timeout is dropped") {
+  SUBCASE("a partial estimate is kept through a silence, dropped when the sender says it is done") {
     a.send(chunkFrom(pair, 1, 0, chunk), chunk);
     CHECK(std::get<Inbound>(next({&b}, b)).partial);
-    b.offerBuffers(std::chrono::seconds(4));
+    b.offerBuffers(std::chrono::seconds(60));  // a link stalled for a minute loses nothing
+    wire::Header hello = chunkFrom(pair, 1, 0, {});
+    hello.kind = wire::Kind::Hello;
+    hello.flags = wire::kHelloSending;  // still sending: the partial stays
+    a.send(hello, {});
+    CHECK(std::get<Inbound>(next({&b}, b)).header.kind == wire::Kind::Hello);
+    a.send(chunkFrom(pair, 1, 16, chunk), chunk);
+    CHECK(std::get<Inbound>(next({&b}, b)).partial);
     CHECK(b.counters().rejects().empty());
-    b.offerBuffers(std::chrono::seconds(6));  // peer timeout 5 s
+    hello.flags = 0;  // done: the chunks it sent after byte 32 were lost
+    a.send(hello, {});
+    CHECK(std::get<Inbound>(next({&b}, b)).header.kind == wire::Kind::Hello);
     CHECK(b.counters().rejects() == std::map<std::string, std::uint64_t>{{"truncated", 1}});
-    a.send(chunkFrom(pair, 1, 16, chunk), chunk);  // its rest comes too late
+    a.send(chunkFrom(pair, 1, 32, chunk), chunk);  // its rest comes too late
     CHECK(reason(next({&b}, b)) == "chunk_order");
   }
   SUBCASE("a new estimate while the last one is held: overrun, all its chunks") {

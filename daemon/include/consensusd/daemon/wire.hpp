@@ -25,6 +25,8 @@ inline constexpr std::size_t kHeaderSize = 64;
 // READY goes the other way, receiver to sender: "my buffer for your
 // estimates is free, send the next" (estimates of more than one chunk only).
 enum class Kind : std::uint8_t { Hello = 1, Estimate = 2, Decision = 3, Bye = 4, Ready = 5 };
+// HELLO's flags: an estimate in chunks to you is under way.
+inline constexpr std::uint64_t kHelloSending = 1;
 // The most bytes one message carries; a larger estimate is sent in chunks.
 inline constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
 enum class Dtype : std::uint8_t { Float32 = 1, Float64 = 2 };
@@ -43,7 +45,7 @@ struct Header {
   std::uint64_t payloadBytes = 0;  // in this message
   // One field on the wire (offset 56), read by kind:
   std::uint64_t offset = 0;  // Estimate: where this chunk's bytes start in the estimate
-  std::uint64_t flags = 0;   // Decision: 1 = used; Ready: the grant's id
+  std::uint64_t flags = 0;   // Decision: 1 = used; Ready: the grant's id; Hello: kHelloSending
 };
 
 std::array<std::byte, kHeaderSize> encode(const Header& header);
