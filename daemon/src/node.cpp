@@ -536,7 +536,7 @@ class Runner {
   // for it) goes out in full while it moves: the wait ends when nothing
   // could be sent for a peer timeout, or on a second SIGTERM.
   void finishSends() {
-    std::uint64_t sent = transport_->counters().bytesSent;
+    std::uint64_t sent = transport_->counters().bytesSent + transport_->unsent();
     Time until = now() + engineOptions_.peerTimeout;
     while (transport_->sending() && now() < until) {
       auto& items = pollItems_;
@@ -546,8 +546,9 @@ class Runner {
       if (items[0].revents & ZMQ_POLLIN) return;
       if (transport_->serve(std::span(items).subspan(1), now())) receive();
       transport_->offerBuffers(now());
-      if (transport_->counters().bytesSent != sent) {
-        sent = transport_->counters().bytesSent;
+      const std::uint64_t progress = transport_->counters().bytesSent + transport_->unsent();
+      if (progress != sent) {  // more handed to ZeroMQ, or written by it
+        sent = progress;
         until = now() + engineOptions_.peerTimeout;
       }
     }

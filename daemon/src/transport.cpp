@@ -38,6 +38,7 @@ bool trySend(zmq::socket_t& dealer, const std::array<std::byte, wire::kHeaderSiz
 struct PayloadReference {
   std::shared_ptr<const void> owner;
   std::atomic<bool> handedOver{false};
+  std::shared_ptr<std::atomic<std::int64_t>> unsent;  // the transport's count of these
 };
 
 template <std::size_t N, class Enum>
@@ -239,8 +240,10 @@ void Transport::queueEstimate(Link& link, const Outgoing& out, Time now) {
 // makes the hand-over visible to it, for one uncontended atomic per send.
 namespace {
 zmq::message_t referencing(const std::shared_ptr<const void>& owner,
-                           std::span<const std::byte> bytes) {
-  auto* hint = new PayloadReference{owner};
+                           std::span<const std::byte> bytes,
+                           const std::shared_ptr<std::atomic<std::int64_t>>& unsent) {
+  auto* hint = new PayloadReference{owner, {}, unsent};
+  unsent->fetch_add(1, std::memory_order_relaxed);
   hint->handedOver.store(true, std::memory_order_release);
   // ZeroMQ never writes a message it sends: the const_cast only fits its signature.
   return zmq::message_t(
@@ -248,6 +251,7 @@ zmq::message_t referencing(const std::shared_ptr<const void>& owner,
       [](void* /*data*/, void* h) {
         auto* reference = static_cast<PayloadReference*>(h);
         [[maybe_unused]] const bool seen = reference->handedOver.load(std::memory_order_acquire);
+        reference->unsent->fetch_sub(1, std::memory_order_release);
         delete reference;  // on a ZeroMQ I/O thread, once the send is done
       },
       hint);
@@ -289,7 +293,7 @@ bool Transport::sendChunk(Link& link, const Outgoing& out, std::size_t at, Time 
   h.payloadBytes = bytes;
   h.checksum = (*out.checksums)[at / options_.chunkBytes];
   if (!trySend(link.dealer, wire::encode(h),
-               referencing(out.owner, out.payload.subspan(at, bytes))))
+               referencing(out.owner, out.payload.subspan(at, bytes), unsent_)))
     return false;
   counters_.bytesSent += bytes;
   if (at + bytes == out.payload.size()) {
@@ -577,6 +581,7 @@ void Transport::offerBuffers(Time now) {
 }
 
 bool Transport::sending() const {
+  if (unsent_->load(std::memory_order_acquire) > 0) return true;  // in ZeroMQ's queues
   for (const auto& [node, link] : links_)
     if (link.sending || !link.controls.empty() || (link.estimate && (!chunked_ || link.grant)))
       return true;

@@ -11,6 +11,7 @@
 // depends on the parameter type. Owned by the engine thread.
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -146,9 +147,14 @@ class Transport {
   const TrafficCounters& counters() const { return counters_; }
   // Per in-neighbour (topology index); zeros before anything arrived.
   Inflow inflow(std::size_t peer) const;
-  // An estimate (or a control) is still going out, or may now: one in
-  // chunks begun, or one waiting that the neighbour granted.
+  // An estimate (or a control) is still going out, or may now: a payload
+  // ZeroMQ has not yet written to its socket, one in chunks begun, or one
+  // waiting that the neighbour granted.
   bool sending() const;
+  // Payloads ZeroMQ still holds (not yet written to a socket).
+  std::uint64_t unsent() const {
+    return static_cast<std::uint64_t>(std::max<std::int64_t>(unsent_->load(), 0));
+  }
   // Whether estimates go in several chunks (and so wait for READY).
   bool chunked() const { return chunked_; }
 
@@ -257,6 +263,10 @@ class Transport {
   std::set<std::string> loggedRejects_;
   TrafficCounters counters_;
   std::mt19937_64 grants_;  // READY ids
+  // Payloads (whole estimates or chunks) ZeroMQ holds: its I/O thread
+  // counts them down once written to the socket.
+  std::shared_ptr<std::atomic<std::int64_t>> unsent_ =
+      std::make_shared<std::atomic<std::int64_t>>(0);
 };
 
 }  // namespace consensusd::daemon
