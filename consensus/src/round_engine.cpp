@@ -28,6 +28,11 @@ constexpr std::int64_t kMaxRound = std::numeric_limits<std::int64_t>::max();
 // The curvature's sample: every value of a model up to this size, every
 // stride-th of a larger one (the ratio of two sums over the same
 // coordinates: a model of 100M parameters keeps 8 MB, not 800).
+// A neighbour whose estimate is half here is suspect only after this many
+// peer timeouts of silence: its transfer stalled, it did not end (on a
+// congested link TCP backs off for seconds after a loss; two estimates
+// into one 100 Mbit/s link stalled past 3 s).
+constexpr int kStalledTransfer = 4;
 constexpr Eigen::Index kCurvatureSample = Eigen::Index{1} << 20;
 
 // a + b for b >= 0, saturating: a round from the wire may be anything.
@@ -93,8 +98,13 @@ std::optional<std::size_t> RoundEngine<Scalar>::slotOf(std::size_t node) const {
 }
 
 template <class Scalar>
+Duration RoundEngine<Scalar>::silenceLimit(const Slot& slot) const {
+  return slot.arriving ? kStalledTransfer * options_.peerTimeout : options_.peerTimeout;
+}
+
+template <class Scalar>
 bool RoundEngine<Scalar>::suspect(std::size_t slot, Time now) const {
-  return now - slots_[slot].lastHeard >= options_.peerTimeout;
+  return now - slots_[slot].lastHeard >= silenceLimit(slots_[slot]);
 }
 
 template <class Scalar>
@@ -128,7 +138,7 @@ bool RoundEngine<Scalar>::plausibleRound(Slot& slot, std::int64_t round, Time no
 
 template <class Scalar>
 void RoundEngine<Scalar>::heard(Slot& slot, Time now) {
-  if (now - slot.lastHeard < options_.peerTimeout) {
+  if (now - slot.lastHeard < silenceLimit(slot)) {
     slot.lastHeard = now;
     return;
   }
@@ -358,7 +368,7 @@ bool RoundEngine<Scalar>::usableArriving(Time now) const {
   for (std::size_t s = 0; s < slots_.size(); ++s) {
     const Slot& slot = slots_[s];
     if (slot.arriving && *slot.arriving >= oldestUseful() &&
-        now - slot.arrivingAt < options_.peerTimeout && !suspect(s, now) &&
+        now - slot.arrivingAt < silenceLimit(slot) && !suspect(s, now) &&
         usable(slot, round_) == nullptr)
       return true;
   }
@@ -469,8 +479,8 @@ std::optional<Time> RoundEngine<Scalar>::nextWakeup(Time now) const {
     if (t > now && (!next || t < *next)) next = t;
   };
   for (std::size_t s = 0; s < slots_.size(); ++s) {
-    consider(slots_[s].lastHeard + options_.peerTimeout);
-    if (slots_[s].arriving) consider(slots_[s].arrivingAt + options_.peerTimeout);
+    consider(slots_[s].lastHeard + silenceLimit(slots_[s]));
+    if (slots_[s].arriving) consider(slots_[s].arrivingAt + silenceLimit(slots_[s]));
   }
   if (phase_ != Phase::Idle) consider(roundStart_ + options_.hardDeadline);
   if (phase_ == Phase::Running && decision_.cutoff) consider(roundStart_ + *decision_.cutoff);

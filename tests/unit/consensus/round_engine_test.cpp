@@ -295,3 +295,19 @@ TEST_CASE("swapGradient takes the buffer and hands one back, and refuses without
     REQUIRE(hub.engine.tryFinish(ms(0)));
   }
 }
+
+TEST_CASE("a neighbour with an estimate half here is suspect only after four peer timeouts") {
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.peerTimeout = milliseconds(100);
+  Hub hub(options);
+  REQUIRE(hub.engine.tryStart(ms(0)));
+  hub.engine.onKeepAlive(1, 0, ms(10));
+  hub.engine.onArriving(2, 0, ms(10));  // a part of its estimate of round 0
+  CHECK(hub.engine.suspect(0, ms(109)) == false);
+  CHECK(hub.engine.suspect(0, ms(110)));  // silent for a peer timeout
+  CHECK_FALSE(hub.engine.suspect(1, ms(409)));  // its transfer stalled: not dead yet
+  CHECK(hub.engine.suspect(1, ms(410)));
+  hub.send(2, 0, 1.0, ms(50));  // the rest came: a peer timeout again from here
+  CHECK_FALSE(hub.engine.suspect(1, ms(149)));
+  CHECK(hub.engine.suspect(1, ms(150)));
+}

@@ -127,9 +127,10 @@ class RoundEngine {
   // were lost (a restarted node must learn where the others are).
   Receipt onKeepAlive(std::size_t node, std::int64_t round, Time now);
   // A part of the neighbour's estimate of `round` arrived (the rest is on
-  // its way): a keep-alive, and while parts keep coming (each within a
-  // peer timeout of the last) the hard deadline waits for an estimate this
-  // round can use: on a slow link a whole estimate may take longer.
+  // its way): a keep-alive, and while parts keep coming the hard deadline
+  // waits for an estimate this round can use (on a slow link a whole
+  // estimate may take longer); until the rest is in, the neighbour is
+  // suspect only after four peer timeouts of silence (a stalled transfer).
   Receipt onArriving(std::size_t node, std::int64_t round, Time now);
   std::optional<RoundRecord> tryFinish(Time now);
   std::vector<Decision> takeDecisions();
@@ -217,6 +218,9 @@ class RoundEngine {
   const typename Mailbox<Scalar>::Entry* usable(const Slot& slot, std::int64_t round) const;
   std::int64_t oldestUseful() const;
   std::optional<CutoffReason> cutoffReached(Time now) const;
+  // How long `slot` may be silent before it is suspect: a peer timeout, or
+  // several while an estimate of it is half here.
+  Duration silenceLimit(const Slot& slot) const;
   // A live neighbour without a usable estimate is sending one this round can use.
   bool usableArriving(Time now) const;
   // For the curvature (dynamic policy): x_k and g_k, or every stride-th
