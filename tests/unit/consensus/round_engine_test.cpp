@@ -304,7 +304,7 @@ TEST_CASE("a neighbour with an estimate half here is suspect only after four pee
   hub.engine.onKeepAlive(1, 0, ms(10));
   hub.engine.onArriving(2, 0, ms(10));  // a part of its estimate of round 0
   CHECK(hub.engine.suspect(0, ms(109)) == false);
-  CHECK(hub.engine.suspect(0, ms(110)));  // silent for a peer timeout
+  CHECK(hub.engine.suspect(0, ms(110)));        // silent for a peer timeout
   CHECK_FALSE(hub.engine.suspect(1, ms(409)));  // its transfer stalled: not dead yet
   CHECK(hub.engine.suspect(1, ms(410)));
   hub.send(2, 0, 1.0, ms(50));  // the rest came: a peer timeout again from here
