@@ -506,7 +506,6 @@ std::optional<std::variant<Inbound, Rejected>> Transport::receiveChunk(std::size
   }
   std::memcpy(in.buffer.get() + h.offset, payload.data(), payload.size());
   in.received += payload.size();
-  in.lastAt = now;
   in.flow.bytes += payload.size();
   if (in.received < estimateBytes_) return Inbound{from, h, true, nullptr, {}};
   // Whole: the mailbox keeps it in the buffer, which stays ours to fill

@@ -123,8 +123,8 @@ class Transport {
   // whose buffer is free (one may have been lost with a connection).
   void keepAlive(std::int64_t round, consensus::Time now);
   // Tells in-neighbours whose receive buffer came free (the engine let go
-  // of their last estimate) that the next may come; drops a half-received
-  // estimate that went quiet for a peer timeout. Call once a loop.
+  // of their last estimate) that the next may come, and updates the
+  // per-neighbour rates. Call once a loop.
   void offerBuffers(consensus::Time now);
   // Sends the estimates whose link delay has passed; when the next one is due.
   void sendDue(consensus::Time now);
@@ -202,7 +202,6 @@ class Transport {
     std::uint64_t received = 0;         // its bytes so far
     wire::Header header;                // its first chunk's
     consensus::Time firstAt{};
-    consensus::Time lastAt{};
     std::optional<std::int64_t> dropping;  // chunks of this round are overrun: dropped
     std::uint64_t grant = 0;               // the READY offered; 0: none since the last estimate
     std::int64_t delivered = -1;           // newest round received whole
