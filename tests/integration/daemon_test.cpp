@@ -452,7 +452,8 @@ TEST_CASE(
                       "checkpoint.every_rounds=0", "log.progress_every_s=1"});
   cluster.startAll();
   REQUIRE(waitFor([&] { return answers(cluster, 0) && roundOf(cluster, 0) > 30; }, 60s));
-  for (const auto& n : ask(cluster, 0, {{"cmd", "neighbors"}})["neighbors"]) {
+  const json answer = ask(cluster, 0, {{"cmd", "neighbors"}});  // a local: the loop must not dangle
+  for (const auto& n : answer["neighbors"]) {
     INFO(n.dump());
     CHECK(n["state"] != "suspect");
     CHECK(n["received_bytes"].get<double>() >= 30 * 6e6);
