@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 #include "consensusd/consensus/mixing.hpp"
 #include "consensusd/topology/analysis.hpp"
@@ -38,6 +40,12 @@ constexpr Eigen::Index kCurvatureSample = Eigen::Index{1} << 20;
 // a + b for b >= 0, saturating: a round from the wire may be anything.
 std::int64_t addSaturating(std::int64_t a, std::int64_t b) {
   return a > kMaxRound - b ? kMaxRound : a + b;
+}
+
+// An Eigen vector's values as a span.
+template <class Vector>
+auto valuesOf(Vector& vector) {
+  return std::span(vector.data(), static_cast<std::size_t>(vector.size()));
 }
 
 }  // namespace
@@ -79,7 +87,16 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
                       {},
                       {},
                       {},
-                      {}});
+                      {},
+                      {},
+                      -1});
+  }
+  if (compressed()) {
+    if (options_.robust != Robust::None)
+      throw std::invalid_argument("compressed estimates mix public copies: no robust mixing");
+    // Allocated once, with the other model-sized buffers (modelBuffers).
+    for (Slot& slot : slots_) slot.copy.resize(params_->size());
+    publicCopy_ = std::make_shared<Vector>(params_->size());
   }
   // Model-sized buffers: x_k and x_hat, rotated by a swap each round, and
   // the update (no allocation, no copy per round).
@@ -238,7 +255,24 @@ std::optional<typename RoundEngine<Scalar>::Start> RoundEngine<Scalar>::tryStart
   haveGradient_ = false;
   decidedReason_.reset();
   decision_ = policy_->decide(policyContext(now));
-  return Start{round_, params_};
+  Start start{round_, params_, nullptr, -1, nullptr};
+  if (compressed()) {
+    Vector& copy = writable(publicCopy_);
+    if (publicRound_ < 0) {
+      copy = *params_;  // the first round: a keyframe to everyone
+    } else {
+      if (!frame_ || frame_.use_count() > 1)  // a send may still hold the last one
+        frame_ = std::make_shared<std::vector<std::byte>>(
+            frameBytes(options_.compression, static_cast<std::size_t>(copy.size())));
+      encodeDifference<Scalar>(options_.compression, valuesOf(std::as_const(*params_)),
+                               valuesOf(copy), *frame_);
+      start.frame = frame_;
+      start.base = publicRound_;
+    }
+    publicRound_ = round_;
+    start.publicCopy = publicCopy_;
+  }
+  return start;
 }
 
 template <class Scalar>
@@ -249,7 +283,62 @@ Receipt RoundEngine<Scalar>::onEstimate(std::size_t node, std::int64_t round, co
   const std::size_t index = std::get<std::size_t>(admitted);
   Slot& slot = slots_[index];
   if (slot.arriving && *slot.arriving <= round) slot.arriving.reset();  // here whole
+  if (compressed()) {  // a keyframe: whatever we held, the sender's copy is this
+    std::copy(values, values + slot.copy.size(), slot.copy.data());
+    slot.copyRound = round;
+    return holdCopy(index, round, now);
+  }
   const Receipt receipt = slot.mailbox.store(round, values, now, oldestUseful(), std::move(owner));
+  return noteStored(index, round, values, receipt, now);
+}
+
+template <class Scalar>
+Receipt RoundEngine<Scalar>::onFrame(std::size_t node, std::int64_t round, std::int64_t base,
+                                     std::span<const std::byte> frame, Time now) {
+  if (!compressed()) return Receipt::Corrupt;
+  const auto admitted = admit(node, round, now);
+  if (const auto* refused = std::get_if<Receipt>(&admitted)) return *refused;
+  const std::size_t index = std::get<std::size_t>(admitted);
+  Slot& slot = slots_[index];
+  if (slot.arriving && *slot.arriving <= round) slot.arriving.reset();
+  if (slot.copyRound >= 0 && round <= slot.copyRound) {  // applied already (a replay)
+    ++slot.counters.duplicate;
+    return Receipt::Duplicate;
+  }
+  if (slot.copyRound < 0 || base != slot.copyRound) {
+    ++slot.counters.gap;
+    return Receipt::Gap;
+  }
+  switch (applyDifference<Scalar>(options_.compression, frame, valuesOf(slot.copy))) {
+    case FrameCheck::Applied:
+      slot.copyRound = round;
+      return holdCopy(index, round, now);
+    case FrameCheck::Overflow:  // the copy is no longer the sender's: nothing of it is mixed
+      slot.copyRound = -1;
+      slot.mailbox.discardAfter(-1);
+      break;
+    case FrameCheck::Malformed:  // untouched, but the sender's copy moved on without us
+      break;
+  }
+  ++slot.counters.corrupt;
+  return Receipt::Corrupt;
+}
+
+template <class Scalar>
+Receipt RoundEngine<Scalar>::holdCopy(std::size_t index, std::int64_t round, Time now) {
+  Slot& slot = slots_[index];
+  // Every entry points at the one copy: only its newest round is true.
+  slot.mailbox.discardAfter(-1);
+  // Held in place (an owner without a control block): the slot outlives the entry.
+  const std::shared_ptr<const void> inPlace(std::shared_ptr<const void>(), slot.copy.data());
+  const Receipt receipt = slot.mailbox.store(round, slot.copy.data(), now, oldestUseful(), inPlace);
+  return noteStored(index, round, slot.copy.data(), receipt, now);
+}
+
+template <class Scalar>
+Receipt RoundEngine<Scalar>::noteStored(std::size_t index, std::int64_t round, const Scalar* values,
+                                        Receipt receipt, Time now) {
+  Slot& slot = slots_[index];
   if (receipt == Receipt::Stored || receipt == Receipt::Stale) {
     // Too old to mix or not, it completes the record of the rounds it was due
     // in: a neighbour a round behind is late, not absent.
@@ -280,6 +369,8 @@ Receipt RoundEngine<Scalar>::onEstimate(std::size_t node, std::int64_t round, co
       break;
     case Receipt::NotNeighbor:
     case Receipt::Implausible:
+    case Receipt::Gap:
+    case Receipt::Corrupt:
       break;
   }
   return receipt;
@@ -378,7 +469,10 @@ bool RoundEngine<Scalar>::usableArriving(Time now) const {
 template <class Scalar>
 std::vector<std::span<Scalar>> RoundEngine<Scalar>::modelBuffers() {
   std::vector<std::span<Scalar>> out;
-  for (Vector* v : {params_.get(), mixed_.get(), &gradient_})
+  std::vector<Vector*> buffers{params_.get(), mixed_.get(), &gradient_};
+  if (publicCopy_) buffers.push_back(publicCopy_.get());
+  for (Slot& slot : slots_) buffers.push_back(&slot.copy);
+  for (Vector* v : buffers)
     if (v->size() > 0) out.emplace_back(v->data(), static_cast<std::size_t>(v->size()));
   return out;
 }
@@ -555,6 +649,16 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     if (options_.robust == Robust::Clip)
       clipWeights(params.data(), inputs, options_.clipRadius, dimension);
     record.selfWeight = absorbSelfWeight(inputs);
+    double selfWeight = record.selfWeight;
+    if (compressed() && !inputs.empty()) {
+      // CHOCO-SGD: x + gamma sum_j w_j (c_j - c_i), the public copies'
+      // differences (what every neighbour of ours holds of us is c_i).
+      double pulled = 0;
+      for (MixInput& input : inputs) pulled += input.weight *= options_.consensusStep;
+      inputs.push_back({publicCopy_->data(), -pulled});
+      selfWeight = 1.0;
+      record.selfWeight = 1.0 - pulled;
+    }
     double distanceSq = 0;
     MixExtras<Scalar> extras;
     extras.distanceSq = &distanceSq;
@@ -563,7 +667,7 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
       extras.step = gradient_.data();
       extras.stepScale = isGradient ? -static_cast<Scalar>(record.learningRate) : Scalar(1);
     }
-    fusedMix(params.data(), record.selfWeight, inputs, mixed.data(), dimension, extras);
+    fusedMix(params.data(), selfWeight, inputs, mixed.data(), dimension, extras);
     record.consensusDistance = std::sqrt(distanceSq);
   }
   if (!isGradient && g != nullptr) {

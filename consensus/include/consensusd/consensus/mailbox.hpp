@@ -17,7 +17,10 @@ namespace consensusd::consensus {
 
 // Why an arriving message was kept or not. `Implausible`: a round the
 // sender cannot honestly have reached (RoundEngine, docs/protocol.md).
-enum class Receipt { Stored, Duplicate, Stale, Superseded, NotNeighbor, Implausible };
+// `Gap` and `Corrupt` concern compressed frames (RoundEngine::onFrame): the
+// frame does not continue the copy held, or does not decode onto it; either
+// way the sender must send its copy whole (a keyframe).
+enum class Receipt { Stored, Duplicate, Stale, Superseded, NotNeighbor, Implausible, Gap, Corrupt };
 
 template <class Scalar>
 class Mailbox {

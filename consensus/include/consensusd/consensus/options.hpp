@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "consensusd/consensus/codec.hpp"
 #include "consensusd/data/names.hpp"
 
 namespace consensusd::consensus {
@@ -71,6 +72,11 @@ struct EngineOptions {
   std::size_t trim = 1;   // trimmed mean: values dropped at each end, per coordinate
   double clipRadius = 0;  // clip: radius; 0 = the median distance of this round's responders
   std::size_t mailboxDepth = 4;
+  // Estimates as compressed differences to public copies (codec.hpp); the
+  // mix then moves x by gamma sum_j w_ij (c_j - c_i) (CHOCO-SGD's consensus
+  // step; docs/protocol.md, "Compressed estimates").
+  Compression compression = Compression::None;
+  double consensusStep = 1.0;     // gamma
   std::size_t minResponders = 1;  // m_min
   std::size_t maxResponders = 0;  // 0: the degree
   Duration peerTimeout{std::chrono::seconds(3)};

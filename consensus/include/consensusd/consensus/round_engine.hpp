@@ -46,6 +46,10 @@ struct NeighborCounters {
   std::uint64_t duplicate = 0;   // same round twice: dropped
   std::uint64_t superseded = 0;  // older than everything held: dropped
   std::uint64_t mixed = 0;       // rounds in which it was averaged
+  // Compressed frames that could not be applied: a gap in the sender's
+  // sequence, or a frame that does not decode (both wait for a keyframe).
+  std::uint64_t gap = 0;
+  std::uint64_t corrupt = 0;
 };
 
 struct RoundRecord {
@@ -92,6 +96,14 @@ class RoundEngine {
     // Shared, never copied: the engine writes this buffer again only once
     // every holder (sends in flight, the compute job) has let it go.
     std::shared_ptr<const Vector> params;
+    // With compression (EngineOptions::compression): the node's public copy
+    // c after this round, and the frame that took it there from the copy of
+    // round `base`. A neighbour whose copy is at `base` gets the frame; any
+    // other (first contact, a gap) the copy whole, as a keyframe. The first
+    // round has no frame: every neighbour gets a keyframe.
+    std::shared_ptr<const std::vector<std::byte>> frame;
+    std::int64_t base = -1;
+    std::shared_ptr<const Vector> publicCopy;
   };
 
   RoundEngine(const topology::Topology& topology, std::size_t self, EngineOptions options,
@@ -102,8 +114,16 @@ class RoundEngine {
   // Every message's round is checked against the sender's horizon first
   // (plausibleRound): beyond it, `Implausible`, and nothing changes.
   // `owner` keeps `values` alive: the mailbox then holds them in place (no copy).
+  // With compression, an estimate is a keyframe: the sender's public copy,
+  // which replaces the one held.
   Receipt onEstimate(std::size_t node, std::int64_t round, const Scalar* values, Time now,
                      std::shared_ptr<const void> owner = {});
+  // A compressed frame of the sender's round `round` that builds on its
+  // copy of round `base`: applied to the copy held (then what onEstimate
+  // would do with the copy), or `Gap` / `Corrupt`, after which only a
+  // keyframe brings the copy back. A frame never applied twice or out of order.
+  Receipt onFrame(std::size_t node, std::int64_t round, std::int64_t base,
+                  std::span<const std::byte> frame, Time now);
   void onGradient(std::int64_t round, const Eigen::Ref<const Vector>& gradient, double loss,
                   const data::GradientStats& stats, Time now,
                   UpdateKind kind = UpdateKind::Gradient);
@@ -197,6 +217,10 @@ class RoundEngine {
     std::optional<Time> revivalStart;      // a suspect's first message; a second revives it
     std::optional<std::int64_t> arriving;  // the round of an estimate partly here
     Time arrivingAt{};                     // its latest part
+    // With compression: our copy of the sender's public copy, and its round
+    // (-1: none held; a keyframe must come).
+    Vector copy;
+    std::int64_t copyRound = -1;
   };
 
   // What an estimate and a keep-alive share: the sender's slot, if it is a
@@ -208,6 +232,13 @@ class RoundEngine {
   // A message from `slot` was accepted: it is live again, except that a
   // suspect needs two messages (a single replayed one revives nobody).
   void heard(Slot& slot, Time now);
+  // The estimate `values` of `slot` for `round` was stored or not: the
+  // counters, the late arrivals' record and the pull term's distance.
+  Receipt noteStored(std::size_t index, std::int64_t round, const Scalar* values, Receipt receipt,
+                     Time now);
+  // The slot's copy now holds its round `round`: the only entry its mailbox holds.
+  Receipt holdCopy(std::size_t index, std::int64_t round, Time now);
+  bool compressed() const { return options_.compression != Compression::None; }
   bool awaitsUpdate(std::int64_t round) const;
   static Vector& writable(std::shared_ptr<Vector>& buffer);
   void tookUpdate(UpdateKind kind, double loss, const data::GradientStats& stats, Time now);
@@ -255,8 +286,13 @@ class RoundEngine {
   // start, so both are shared.
   std::shared_ptr<Vector> params_;  // x_i^k
   std::shared_ptr<Vector> mixed_;   // x_hat
-  Vector gradient_;                 // the update: a gradient, or a delta
-  Vector probe_;                    // with a delta from onDelta: the gradient at x_k
+  // With compression: our public copy c_i (as every neighbour holds it) and
+  // the round of the frame that made it; this round's frame.
+  std::shared_ptr<Vector> publicCopy_;
+  std::int64_t publicRound_ = -1;
+  std::shared_ptr<std::vector<std::byte>> frame_;
+  Vector gradient_;  // the update: a gradient, or a delta
+  Vector probe_;     // with a delta from onDelta: the gradient at x_k
   bool haveGradient_ = false;
   bool haveProbe_ = false;
   UpdateKind updateKind_ = UpdateKind::Gradient;
