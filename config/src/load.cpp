@@ -126,6 +126,11 @@ void checkLocal(const NodeConfig& config, const Origins& origins) {
                ") is greater than max_responders (" + std::to_string(consensus.maxResponders) +
                ")");
   }
+  if (consensus.compression != "none" && consensus.robust != "none") {
+    failAt(origins, "consensus.compression",
+           "compression mixes public copies, which consensus.robust (" + consensus.robust +
+               ") does not: choose one");
+  }
   if (policySpec(config).kind == consensus::PolicyKind::Timeout &&
       consensus.timeoutMs >= consensus.hardDeadlineMs) {
     failAt(origins, "consensus.timeout_ms", "timeout_ms must be below consensus.hard_deadline_ms");

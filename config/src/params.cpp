@@ -121,6 +121,8 @@ consensus::EngineOptions engineOptions(const NodeConfig& config) {
   options.robust = named(consensus::kRobustModes, c.robust);
   options.trim = static_cast<std::size_t>(c.trim);
   options.clipRadius = c.clipRadius;
+  options.compression = named(consensus::kCompressions, c.compression);
+  options.consensusStep = c.consensusStep;
   options.staleness = c.staleness;
   options.maxLead = c.maxLead;
   options.roundSkipping = c.roundSkipping;

@@ -264,6 +264,13 @@ std::vector<Key> makeKeys() {
               "robust: trimmed-mean: values dropped at each end of every coordinate."),
       number("consensus.clip_radius", CONSENSUSD_FIELD(consensus.clipRadius), 0, kHuge,
              "robust: clip: the radius; 0 = the median distance of this round's responders."),
+      choice("consensus.compression", CONSENSUSD_FIELD(consensus.compression),
+             data::namesOf(consensus::kCompressions),
+             "Estimates as compressed differences to a public copy every neighbour holds "
+             "(CHOCO-SGD, docs/protocol.md); must match the neighbours'."),
+      number("consensus.consensus_step", CONSENSUSD_FIELD(consensus.consensusStep), 0.01, 1,
+             "compression: gamma of the mix x + gamma sum_j w_ij (c_j - c_i) over the public "
+             "copies (docs/protocol.md, \"Compressed estimates\")."),
       integer("consensus.staleness", CONSENSUSD_FIELD(consensus.staleness), 0, 1000,
               "s: estimates of round >= k - s are usable."),
       integer("consensus.max_lead", CONSENSUSD_FIELD(consensus.maxLead), 1, 100000,

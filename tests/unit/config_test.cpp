@@ -125,6 +125,11 @@ TEST_CASE("local cross-checks") {
         "c.yaml:6:15: from_round (10) is after to_round (5) (straggler.from_round)");
   CHECK(readError(kMinimal + "consensus:\n  policy: timeout\n  timeout_ms: 20000\n") ==
         "c.yaml:7:15: timeout_ms must be below consensus.hard_deadline_ms (consensus.timeout_ms)");
+  CHECK(readError(kMinimal + "consensus:\n  compression: int8\n  robust: clip\n") ==
+        "c.yaml:6:16: compression mixes public copies, which consensus.robust (clip) does not: "
+        "choose one (consensus.compression)");
+  CHECK(readError(kMinimal + "consensus:\n  compression: int4\n").find("bf16") !=
+        std::string::npos);
   CHECK(readError(kMinimal + "model:\n  kind: mlp\n  hidden: []\n") ==
         "c.yaml:7:11: kind: mlp needs 1 or 2 hidden layer widths (model.hidden)");
   CHECK(readError(kMinimal + "model:\n  kind: none\n") ==

@@ -62,6 +62,8 @@ struct NodeConfig {
     std::string robust = "none";
     std::int64_t trim = 1;
     double clipRadius = 0.0;  // 0: the median distance of the round's responders
+    std::string compression = "none";
+    double consensusStep = 1.0;
     std::int64_t staleness = 0;
     std::int64_t maxLead = 20;
     bool roundSkipping = true;
