@@ -257,6 +257,8 @@ std::optional<typename RoundEngine<Scalar>::Start> RoundEngine<Scalar>::tryStart
   decision_ = policy_->decide(policyContext(now));
   Start start{round_, params_, nullptr, -1, nullptr};
   if (compressed()) {
+    // A keyframe may still be on its way: the next frame builds on a copy of it.
+    if (publicCopy_.use_count() > 1) publicCopy_ = std::make_shared<Vector>(*publicCopy_);
     Vector& copy = writable(publicCopy_);
     if (publicRound_ < 0) {
       copy = *params_;  // the first round: a keyframe to everyone

@@ -76,6 +76,7 @@ template <class Scalar>
 class Runner {
  public:
   using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
+  using Engine = consensus::RoundEngine<Scalar>;
 
   // `trainer`: an endpoint that already learned the node's shape from its
   // first trainer (model.dimension/dtype: auto); else made here if external.
@@ -305,7 +306,9 @@ class Runner {
   bool mayStart() const { return !paused_ && !stopping_ && !awaitingTrainerInit_; }
   // The round's parameters are the engine's own buffer, shared (not
   // copied) by every send and the compute job, which only read them.
-  void started(std::int64_t round, std::shared_ptr<const Vector> params) {
+  void started(Engine::Start start) {
+    const std::int64_t round = start.round;
+    std::shared_ptr<const Vector> params = std::move(start.params);
     transport_->publish(round, params, bytesOf(*params), now());
     if (trainer_) {
       trainer_->publish(round, bytesOf(*params));

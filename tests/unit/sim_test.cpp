@@ -334,3 +334,54 @@ TEST_CASE("two nodes at 100 Mbit/s: a 100 MB estimate takes 8 s, as in the daemo
   ring.options.sampleEvery = 40'005ms;
   CHECK(ring.run().nodeRounds == std::vector<std::int64_t>{2, 2, 2});
 }
+
+TEST_CASE(
+    "compressed estimates: the bytes a codec saves, and a run that ends where float32's does") {
+  Setup setup("ring", 4);
+  setup.options.maxTime = 2005ms;
+  setup.options.sampleEvery = 2005ms;
+  const auto run = [&](consensus::Compression codec) {
+    setup.options.engine.compression = codec;
+    return setup.run();
+  };
+  // Where bandwidth is free, rounds are the same: what compression costs is
+  // its error, smaller than what another minibatch seed changes.
+  const sim::SimResult plain = run(consensus::Compression::None);
+  setup.options.seed = 2;
+  const sim::SimResult otherSeed = run(consensus::Compression::None);
+  setup.options.seed = 1;
+  const auto distance = [&](const sim::SimResult& result) {
+    double worst = 0;
+    for (std::size_t i = 0; i < 4; ++i)
+      worst =
+          std::max(worst, static_cast<double>((result.nodeParams[i] - plain.nodeParams[i]).norm() /
+                                              plain.nodeParams[i].norm()));
+    return worst;
+  };
+  const double seedSpread = distance(otherSeed);
+  REQUIRE(seedSpread > 0.01);
+  const std::size_t dimension = static_cast<std::size_t>(plain.nodeParams[0].size());
+  for (const consensus::Compression codec :
+       {consensus::Compression::Bf16, consensus::Compression::Fp16, consensus::Compression::Int8}) {
+    CAPTURE(static_cast<int>(codec));
+    const sim::SimResult compressed = run(codec);
+    CHECK(compressed.nodeRounds == plain.nodeRounds);
+    CHECK(distance(compressed) < seedSpread / 4);
+    // Bytes: one keyframe per edge, then a frame every round (the one in
+    // progress at the end too).
+    const std::uint64_t edges = 8;
+    const auto rounds = static_cast<std::uint64_t>(plain.nodeRounds[0]);
+    CHECK(compressed.bytesSent ==
+          edges * (dimension * 4 + rounds * consensus::frameBytes(codec, dimension)));
+  }
+  CHECK(plain.bytesSent ==
+        8 * (static_cast<std::uint64_t>(plain.nodeRounds[0]) + 1) * dimension * 4);
+
+  // Where the link sets the pace, int8's frames buy rounds: 20 ms an
+  // estimate against 1 ms of compute, 6 ms a frame (25 bytes for 21 values).
+  setup.options.compute = 1ms;
+  setup.options.link.bytesPerSecond = static_cast<double>(dimension * 4) / 0.02;  // 20 ms each
+  const sim::SimResult slowPlain = run(consensus::Compression::None);
+  const sim::SimResult slowInt8 = run(consensus::Compression::Int8);
+  CHECK(slowInt8.nodeRounds[0] > 3 * slowPlain.nodeRounds[0]);
+}

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <numeric>
 #include <queue>
+#include <stdexcept>
 #include <thread>
 
 #include "consensusd/consensus/driver.hpp"
@@ -35,6 +36,9 @@ struct Event {
   std::int64_t round = 0;
   bool used = false;
   std::shared_ptr<const Vector> payload;
+  // A compressed frame instead of `payload` (a keyframe is a payload).
+  std::shared_ptr<const std::vector<std::byte>> frame;
+  std::int64_t base = -1;
   bool operator>(const Event& other) const {
     return std::tie(at, order) > std::tie(other.at, other.order);
   }
@@ -218,6 +222,8 @@ class Simulation {
         options_(options),
         model_(options.model),
         testAccuracy_(options.model, data.test, std::max<std::size_t>(options.threads, 1)) {
+    if (options.engine.compression != consensus::Compression::None && !options.attackers.empty())
+      throw std::invalid_argument("attackers send plain estimates: consensus.compression: none");
     Vector initial(static_cast<Eigen::Index>(model_.dimension()));
     model_.initialize(initial, options.initSeed);
     for (std::size_t i = 0; i < topology.size(); ++i) {
@@ -279,10 +285,18 @@ class Simulation {
           node.engine->swapGradient(event.round, job.gradient, job.loss, job.stats, event.at);
           break;
         }
-        case EventKind::Estimate:
-          node.engine->onEstimate(event.from, event.round, event.payload->data(), event.at,
-                                  event.payload);  // shared by every receiver, not copied
+        case EventKind::Estimate: {
+          const consensus::Receipt receipt =
+              event.frame ? node.engine->onFrame(event.from, event.round, event.base, *event.frame,
+                                                 event.at)
+                          : node.engine->onEstimate(event.from, event.round, event.payload->data(),
+                                                    event.at,
+                                                    event.payload);  // shared, not copied
+          // The daemon's receiver asks for a keyframe; here the sender just knows.
+          if (receipt == consensus::Receipt::Gap || receipt == consensus::Receipt::Corrupt)
+            links_[{event.from, event.node}].inStep = false;
           break;
+        }
         case EventKind::Arriving:
           node.engine->onArriving(event.from, event.round, event.at);
           break;
@@ -304,7 +318,7 @@ class Simulation {
 
   void push(Time at, EventKind kind, std::size_t node, std::size_t from = 0, std::int64_t round = 0,
             bool used = false, std::shared_ptr<const Vector> payload = nullptr) {
-    events_.push({at, order_++, kind, node, from, round, used, std::move(payload)});
+    events_.push({at, order_++, kind, node, from, round, used, std::move(payload), nullptr, -1});
   }
 
   // A message of `bytes` between nodes a and b (either way).
@@ -358,9 +372,7 @@ class Simulation {
       ++sim.recorded_;
     }
     static bool mayStart() { return true; }
-    void started(std::int64_t round, std::shared_ptr<const Vector> params) {
-      sim.start(i, round, std::move(params), now);
-    }
+    void started(Engine::Start start) { sim.start(i, std::move(start), now); }
   };
 
   void poke(std::size_t i, Time now) {
@@ -376,21 +388,46 @@ class Simulation {
   // Round `round` starts at node i: its estimate leaves for the
   // out-neighbours, and its gradient is computed (for real, ahead on a spare
   // core if there is one) and delivered after its virtual time, with its loss.
-  void start(std::size_t i, std::int64_t round, std::shared_ptr<const Vector> params, Time now) {
+  void start(std::size_t i, Engine::Start start, Time now) {
     Node& node = nodes_[i];
+    const std::int64_t round = start.round;
+    const std::shared_ptr<const Vector>& params = start.params;
     const std::shared_ptr<const Vector> payload = sent(i, params);
     // A node's slow link (straggler.link_delay_ms) delays only estimates, as
     // the daemon's transport does.
     Duration delay{};
     for (const consensus::Straggler& straggler : node.stragglers)
       delay += straggler.linkDelay(round);
-    const std::size_t bytes = options_.link.estimateBytes != 0
-                                  ? options_.link.estimateBytes
-                                  : static_cast<std::size_t>(payload->size()) * sizeof(float);
+    const std::size_t wholeBytes = static_cast<std::size_t>(payload->size()) * sizeof(float);
     for (const topology::Neighbor& out : topology_.outNeighbors(i)) {
-      const Time in = arrival(now + delay, bytes, i, out.index);
+      Event message{{}, 0, EventKind::Estimate, out.index, i, round, false, payload, nullptr, -1};
+      std::size_t bytes = wholeBytes;
+      Time in{};
+      if (start.publicCopy) {
+        // Compressed: the frame to a neighbour in step, else the copy whole;
+        // in order on each link, as over the daemon's TCP connections.
+        Link& link = links_[{i, out.index}];
+        if (link.inStep && start.frame) {
+          message.frame = start.frame;
+          message.base = start.base;
+          bytes = start.frame->size();
+        } else {
+          message.payload = start.publicCopy;
+        }
+        link.inStep = true;
+        if (options_.link.estimateBytes != 0)  // the size given is the float32 estimate's
+          bytes = bytes * options_.link.estimateBytes / wholeBytes;
+        in = std::max(arrival(now + delay, bytes, i, out.index), link.lastIn);
+        link.lastIn = in;
+      } else {
+        if (options_.link.estimateBytes != 0) bytes = options_.link.estimateBytes;
+        in = arrival(now + delay, bytes, i, out.index);
+      }
+      result_.bytesSent += bytes;
       arriving(now + delay, in, bytes, i, out.index, round);
-      push(in, EventKind::Estimate, out.index, i, round, false, payload);
+      message.at = in;
+      message.order = order_++;
+      events_.push(std::move(message));
     }
     node.job.params = params;
     node.job.indices = node.sampler.next();
@@ -465,7 +502,14 @@ class Simulation {
   std::optional<data::Dataset> nodeTest_;
   std::vector<Node> nodes_;
   std::map<std::size_t, Time> downloadFree_;  // per node with a download rate: when it is idle
-  std::optional<Gradients> gradients_;        // after nodes_: its workers stop first
+  // Compressed estimates, per directed edge: whether the receiver's copy of
+  // the sender's is in step (else the next goes whole), when the last is in.
+  struct Link {
+    bool inStep = false;
+    Time lastIn{};
+  };
+  std::map<std::pair<std::size_t, std::size_t>, Link> links_;
+  std::optional<Gradients> gradients_;  // after nodes_: its workers stop first
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::uint64_t order_ = 0;
   double backups_ = 0;  // per-row sums over the rounds recorded since the last row

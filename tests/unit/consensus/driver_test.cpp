@@ -52,7 +52,9 @@ struct Network {
       net.skips[i] += record.skipped ? 1 : 0;
     }
     static bool mayStart() { return true; }
-    void started(std::int64_t round, const std::shared_ptr<const Eigen::VectorXd>& params) {
+    void started(const Engine::Start& start) {
+      const std::int64_t round = start.round;
+      const auto& params = start.params;
       for (const auto& out : net.topology.outNeighbors(i)) {
         net.at(now + net.latencyMs, [n = &net, from = i, to = out.index, round,
                                      values = Eigen::VectorXd(*params)](double t) {

@@ -17,7 +17,7 @@
 //   void decided(const Decision&);
 //   void finished(const RoundRecord&);
 //   bool mayStart();  // asked after finished(): a stop condition holds the start
-//   void started(std::int64_t round, std::shared_ptr<const Vector> params);
+//   void started(RoundEngine<Scalar>::Start start);
 
 #include <memory>
 #include <optional>
@@ -32,7 +32,7 @@ std::optional<Time> step(RoundEngine<Scalar>& engine, Time now, Driver& driver) 
   for (const Decision& decision : engine.takeDecisions()) driver.decided(decision);
   if (record) driver.finished(*record);
   if (driver.mayStart()) {
-    if (auto start = engine.tryStart(now)) driver.started(start->round, std::move(start->params));
+    if (auto start = engine.tryStart(now)) driver.started(std::move(*start));
   }
   return engine.nextWakeup(now);
 }

@@ -96,6 +96,7 @@ struct SimResult {
   std::vector<Sample> samples;
   std::uint64_t events = 0;
   std::int64_t rounds = 0;                  // finished, all nodes
+  std::uint64_t bytesSent = 0;              // estimates' bytes (frames, keyframes), all nodes
   std::vector<std::int64_t> nodeRounds;     // each node's round at the end
   std::vector<Eigen::VectorXf> nodeParams;  // each node's parameters at the end
 };
