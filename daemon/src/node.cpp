@@ -154,7 +154,7 @@ class Runner {
   TransportOptions transportOptions() const {
     TransportOptions options;
     options.bind = cfg_.node.bind.empty() ? topology_.node(self_).endpoint : cfg_.node.bind;
-    options.expect = {topology_.hash(), dimension_, dtype()};
+    options.expect = {topology_.hash(), dimension_, dtype(), engineOptions_.compression};
     options.curve = loaded_.curve;
     options.peerTimeout = engineOptions_.peerTimeout;
     options.staleness = cfg_.consensus.staleness;
@@ -214,6 +214,8 @@ class Runner {
     switch (h.kind) {
       case wire::Kind::Estimate: {
         const std::span<const std::byte> payload = message.bytes();
+        if (h.dtype != dtype())  // a compressed frame: onto the neighbour's copy
+          return engine_->onFrame(message.from, h.round, h.base, payload, now());
         const Scalar* values = reinterpret_cast<const Scalar*>(payload.data());
         if (reinterpret_cast<std::uintptr_t>(values) % alignof(Scalar) != 0) {
           aligned_.resize(static_cast<Eigen::Index>(dimension_));
@@ -227,6 +229,7 @@ class Runner {
       case wire::Kind::Decision:
         return engine_->onDecision(message.from, h.round, h.flags == 1, now());
       case wire::Kind::Ready:  // the transport's own: never handed out
+      case wire::Kind::Resync:
       case wire::Kind::Hello:
       case wire::Kind::Bye:
         // A keep-alive: the engine hears from the peer without an estimate.
@@ -309,7 +312,14 @@ class Runner {
   void started(Engine::Start start) {
     const std::int64_t round = start.round;
     std::shared_ptr<const Vector> params = std::move(start.params);
-    transport_->publish(round, params, bytesOf(*params), now());
+    if (start.publicCopy) {  // compressed: the frame, or the copy whole to a neighbour out of step
+      std::optional<CompressedFrame> frame;
+      if (start.frame) frame = CompressedFrame{start.base, start.frame, *start.frame};
+      transport_->publishCompressed(round, start.publicCopy, bytesOf(*start.publicCopy),
+                                    std::move(frame), now());
+    } else {
+      transport_->publish(round, params, bytesOf(*params), now());
+    }
     if (trainer_) {
       trainer_->publish(round, bytesOf(*params));
       return;

@@ -84,6 +84,7 @@ Transport::Transport(const topology::Topology& topology, std::size_t self, Trans
       options_(std::move(options)),
       estimateBytes_(options_.expect.dimension * wire::bytesPer(options_.expect.dtype)),
       chunked_(estimateBytes_ > options_.chunkBytes),
+      listens_(chunked_ || options_.expect.compression != consensus::Compression::None),
       grants_(std::random_device{}()) {
   for (const topology::Neighbor& in : topology_.inNeighbors(self_)) {
     peerIndex_[topology_.node(in.index).id] = in.index;
@@ -172,15 +173,14 @@ void Transport::connectDealers() {
   }
 }
 
-wire::Header Transport::header(wire::Kind kind, std::int64_t round, Time now) const {
+wire::Header Transport::header(wire::Kind kind, std::int64_t round) const {
   wire::Header h;
   h.kind = kind;
-  h.dtype = options_.expect.dtype;
+  h.dtype = kind == wire::Kind::Estimate ? options_.expect.dtype : options_.expect.linkDtype();
   h.sender = static_cast<std::uint32_t>(self_);
   h.round = round;
   h.dimension = options_.expect.dimension;
   h.topologyHash = options_.expect.topologyHash;
-  h.sentNs = now.count();
   return h;
 }
 
@@ -189,15 +189,36 @@ wire::Header Transport::header(wire::Kind kind, std::int64_t round, Time now) co
 void Transport::publish(std::int64_t round, std::shared_ptr<const void> owner,
                         std::span<const std::byte> payload, Time now) {
   owner_.check();
-  wire::Header h = header(wire::Kind::Estimate, round, now);
+  dispatch(outgoing(header(wire::Kind::Estimate, round), std::move(owner), payload, now), now);
+}
+
+void Transport::publishCompressed(std::int64_t round, std::shared_ptr<const void> copyOwner,
+                                  std::span<const std::byte> copy,
+                                  std::optional<CompressedFrame> frame, Time now) {
+  owner_.check();
+  Outgoing out = outgoing(header(wire::Kind::Estimate, round), std::move(copyOwner), copy, now);
+  if (frame) {
+    wire::Header h = header(wire::Kind::Estimate, round);
+    h.dtype = options_.expect.linkDtype();
+    h.base = frame->base;
+    out.frame = std::make_shared<const Outgoing>(outgoing(h, std::move(frame->owner), frame->bytes, now));
+  }
+  dispatch(std::move(out), now);
+}
+
+Transport::Outgoing Transport::outgoing(const wire::Header& h, std::shared_ptr<const void> owner,
+                                        std::span<const std::byte> payload, Time now) const {
   // One checksum per chunk, computed once for every neighbour.
   auto checksums = std::make_shared<std::vector<std::uint32_t>>();
   for (std::size_t at = 0; at < payload.size(); at += options_.chunkBytes)
     checksums->push_back(
         wire::checksum(payload.data() + at, std::min(options_.chunkBytes, payload.size() - at)));
-  Outgoing out{round, now, h, std::move(owner), payload, std::move(checksums)};
+  return {h.round, now, h, std::move(owner), payload, std::move(checksums), nullptr};
+}
+
+void Transport::dispatch(Outgoing out, Time now) {
   if (const consensus::Duration delay =
-          options_.linkDelay ? options_.linkDelay(round) : consensus::Duration::zero();
+          options_.linkDelay ? options_.linkDelay(out.round) : consensus::Duration::zero();
       delay > consensus::Duration::zero()) {
     out.due = now + delay;
     delayed_.push_back(std::move(out));
@@ -271,7 +292,10 @@ void Transport::flush(Link& link, Time now) {
     if (!link.sending) {
       // In chunks, an estimate begins only on a READY it has not used.
       if (!link.estimate || (chunked_ && !link.grant)) return;
-      if (!sendChunk(link, *link.estimate, 0, now)) return;
+      const Outgoing& frame = link.estimate->frame ? *link.estimate->frame : *link.estimate;
+      const bool inStep = link.estimate->frame && frame.header.base == link.copyRound;
+      if (!sendChunk(link, inStep ? frame : *link.estimate, 0, now)) return;
+      link.copyRound = link.estimate->round;
       if (chunked_) {
         link.usedGrant = *link.grant;
         link.grant.reset();
@@ -319,7 +343,7 @@ void Transport::queueControl(Link& link, const std::array<std::byte, wire::kHead
 void Transport::sendControl(wire::Kind kind, std::int64_t round, std::uint64_t flags,
                             std::optional<std::size_t> only, Time now) {
   owner_.check();
-  wire::Header h = header(kind, round, now);
+  wire::Header h = header(kind, round);
   h.flags = flags;
   const auto bytes = wire::encode(h);
   for (auto& [node, link] : links_) {
@@ -336,19 +360,21 @@ void Transport::keepAlive(std::int64_t round, Time now) {
     link.helloWaiting = true;
     // Whether an estimate in chunks to it is under way: a control goes out
     // before the next chunk, so this is still true when the HELLO leaves.
-    wire::Header h = header(wire::Kind::Hello, round, now);
+    wire::Header h = header(wire::Kind::Hello, round);
     h.flags = link.sending ? wire::kHelloSending : 0;
     queueControl(link, wire::encode(h), true);
     flush(link, now);
   }
   for (auto& [peer, in] : receivers_)
-    if (in.grant != 0) sendReady(in, now);  // restated: the same grant
+    if (in.grant != 0) sendReady(in);  // restated: the same grant
 }
 
-// In chunks, the neighbour's READY: its buffer for us is free. A READY we
-// already used, restated before our estimate reached it, grants nothing; a
-// new one while we send means it dropped what it had of ours: start again.
-void Transport::receiveReady(Link& link, Time now) {
+// What the neighbour answers on our DEALER. In chunks, READY: its buffer
+// for us is free. A READY we already used, restated before our estimate
+// reached it, grants nothing; a new one while we send means it dropped what
+// it had of ours: start again. With compression, RESYNC: a frame of ours
+// did not fit its copy, so the next goes whole (now, if nothing waits).
+void Transport::receiveReplies(Link& link, Time now) {
   std::vector<zmq::message_t> frames;
   while (zmq::recv_multipart(link.dealer, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
     const std::optional<std::size_t> peer =
@@ -364,7 +390,7 @@ void Transport::receiveReady(Link& link, Time now) {
         why = *bad;
       } else {
         h = std::get<wire::Header>(decoded);
-        if (h.kind != wire::Kind::Ready)
+        if (h.kind != wire::Kind::Ready && h.kind != wire::Kind::Resync)
           why = wire::Reject::Kind;
         else if (h.sender != link.peer)
           why = wire::Reject::Sender;
@@ -378,14 +404,21 @@ void Transport::receiveReady(Link& link, Time now) {
       reject(peer, *why, "on the link to " + topology_.node(link.peer).id);
       continue;
     }
+    if (h.kind == wire::Kind::Resync) {
+      if (options_.expect.compression == consensus::Compression::None) continue;
+      link.copyRound = -1;
+      if (!link.estimate && !link.sending && lastSent_) link.estimate = lastSent_;
+      flush(link, now);
+      continue;
+    }
     if (!chunked_) continue;
     const std::uint64_t id = h.flags;
     if (id == link.usedGrant && (link.sending || now < link.usedUntil)) continue;
     link.grant = id;
-    if (link.sending) {  // it gave up on the estimate we are sending: begin again
-      if (!link.estimate || link.estimate->round < link.sending->round)
-        link.estimate = std::move(link.sending);
+    if (link.sending) {  // it gave up on the estimate we are sending: begin again, whole
       link.sending.reset();
+      link.copyRound = -1;
+      if (!link.estimate) link.estimate = lastSent_;  // the newest: as new as the one dropped
     }
     // It lacks our newest (lost with a connection, or it started after we sent it).
     if (!link.estimate && lastSent_ && h.round < lastSent_->round) link.estimate = lastSent_;
@@ -445,12 +478,14 @@ std::optional<std::variant<Inbound, Rejected>> Transport::receive(Time now) {
   if (!from) return reject(std::nullopt, wire::Reject::NotNeighbor, "identity '" + who.name + "'");
   if (h.sender != *from)
     return reject(from, wire::Reject::Sender, "header claims node " + std::to_string(h.sender));
-  if (h.kind == wire::Kind::Ready) return reject(from, wire::Reject::Kind, "READY to a ROUTER");
+  if (h.kind == wire::Kind::Ready || h.kind == wire::Kind::Resync)
+    return reject(from, wire::Reject::Kind, "a sender's control to a ROUTER");
   if (const auto why = wire::validate(h, payload, options_.expect))
     return reject(from, *why,
                   *why == wire::Reject::Topology ? "their topology hash differs from ours" : "");
   if (!misread) noteRoutingId(*from, frames[0].to_string());
-  if (h.kind == wire::Kind::Estimate && (h.offset != 0 || h.payloadBytes != estimateBytes_))
+  if (h.kind == wire::Kind::Estimate &&
+      (chunked_ || h.offset != 0 || h.payloadBytes != options_.expect.totalBytes(h.dtype)))
     return receiveChunk(*from, h, frames[2], now);
   Receiver& in = receivers_.at(*from);
   if (h.kind == wire::Kind::Estimate) in.flow.bytes += h.payloadBytes;
@@ -497,7 +532,8 @@ std::optional<std::variant<Inbound, Rejected>> Transport::receiveChunk(std::size
     in.received = 0;
     in.header = h;
     in.firstAt = now;
-  } else if (!in.round || *in.round != h.round || h.offset != in.received) {
+  } else if (!in.round || *in.round != h.round || h.offset != in.received ||
+             h.dtype != in.header.dtype) {
     if (in.dropping == h.round) return reject(from, wire::Reject::Overrun);
     // A gap in the estimate being received: it can never be whole.
     if (in.round && *in.round == h.round) abandon(in);
@@ -507,15 +543,16 @@ std::optional<std::variant<Inbound, Rejected>> Transport::receiveChunk(std::size
   std::memcpy(in.buffer.get() + h.offset, payload.data(), payload.size());
   in.received += payload.size();
   in.flow.bytes += payload.size();
-  if (in.received < estimateBytes_) return Inbound{from, h, true, nullptr, {}};
+  const std::uint64_t total = options_.expect.totalBytes(in.header.dtype);
+  if (in.received < total) return Inbound{from, h, true, nullptr, {}};
   // Whole: the mailbox keeps it in the buffer, which stays ours to fill
   // again once every holder has let go.
   wire::Header whole = in.header;
-  whole.payloadBytes = estimateBytes_;
+  whole.payloadBytes = total;
   in.round.reset();
   in.delivered = std::max(in.delivered, whole.round);
   in.flow.transfer = now - in.firstAt;
-  const std::span<const std::byte> bytes(in.buffer.get(), estimateBytes_);
+  const std::span<const std::byte> bytes(in.buffer.get(), total);
   return Inbound{from, whole, false, std::shared_ptr<const void>(in.buffer, in.buffer.get()),
                  bytes};
 }
@@ -545,10 +582,14 @@ void Transport::noteRoutingId(std::size_t peer, const std::string& routingId) {
   in.grant = 0;  // offered again, on the new connection
 }
 
-void Transport::sendReady(Receiver& in, Time now) {
-  if (in.routingId.empty()) return;  // not heard yet: no connection to answer on
-  wire::Header h = header(wire::Kind::Ready, in.delivered, now);
+void Transport::sendReady(Receiver& in) {
+  wire::Header h = header(wire::Kind::Ready, in.delivered);
   h.flags = in.grant;
+  reply(in, h);
+}
+
+void Transport::reply(Receiver& in, const wire::Header& h) {
+  if (in.routingId.empty()) return;  // not heard yet: no connection to answer on
   const auto bytes = wire::encode(h);
   // Dropped by ZeroMQ if that connection is gone or full; restated later.
   if (!router_.send(zmq::buffer(in.routingId),
@@ -575,7 +616,7 @@ void Transport::offerBuffers(Time now) {
     if (!free || in.grant != 0 || in.routingId.empty()) continue;
     std::uniform_int_distribution<std::uint64_t> any(1);
     in.grant = any(grants_);
-    sendReady(in, now);
+    sendReady(in);
   }
 }
 
@@ -596,6 +637,15 @@ void Transport::settle(const Inbound& message, consensus::Receipt receipt, Time 
   owner_.check();
   if (receipt == consensus::Receipt::Implausible) {
     reject(message.from, wire::Reject::Round, "round " + std::to_string(message.header.round));
+    return;
+  }
+  if (receipt == consensus::Receipt::Gap || receipt == consensus::Receipt::Corrupt) {
+    const bool gap = receipt == consensus::Receipt::Gap;
+    reject(message.from, gap ? wire::Reject::Gap : wire::Reject::Frame,
+           "round " + std::to_string(message.header.round) + " on " +
+               std::to_string(message.header.base) + ": asking for a keyframe");
+    reply(receivers_.at(message.from), header(wire::Kind::Resync, message.header.round));
+    lastHeard_[message.from] = now;  // alive, and not to be welcomed with a resend
     return;
   }
   ++counters_.accepted;
@@ -622,8 +672,10 @@ void Transport::welcome(std::size_t peer, Time now) {
 }
 
 void Transport::resendTo(std::size_t peer, Time now) {
-  if (const auto link = links_.find(peer); link != links_.end() && lastSent_)
+  if (const auto link = links_.find(peer); link != links_.end() && lastSent_) {
+    link->second.copyRound = -1;  // whatever it holds of ours, this goes whole
     queueEstimate(link->second, *lastSent_, now);
+  }
 }
 
 // A neighbour whose keep-alives report the same round twice in a row is
@@ -668,9 +720,9 @@ void Transport::append(std::vector<zmq::pollitem_t>& items) {
   for (auto& [node, link] : links_) {
     const bool pending =
         link.sending || (link.estimate && (!chunked_ || link.grant)) || !link.controls.empty();
-    if (!pending && !chunked_) continue;
+    if (!pending && !listens_) continue;
     const short events =
-        static_cast<short>((pending ? ZMQ_POLLOUT : 0) | (chunked_ ? ZMQ_POLLIN : 0));
+        static_cast<short>((pending ? ZMQ_POLLOUT : 0) | (listens_ ? ZMQ_POLLIN : 0));
     items.push_back({link.dealer.handle(), 0, events, 0});
     waiting_.push_back(&link);
   }
@@ -681,7 +733,7 @@ bool Transport::serve(std::span<const zmq::pollitem_t> items, Time now) {
   if (items[1].revents & ZMQ_POLLIN) receiveEvents();
   if (items[2].revents & ZMQ_POLLIN) zap_->answer();
   for (std::size_t w = 0; w < waiting_.size(); ++w) {
-    if (items[3 + w].revents & ZMQ_POLLIN) receiveReady(*waiting_[w], now);
+    if (items[3 + w].revents & ZMQ_POLLIN) receiveReplies(*waiting_[w], now);
     if (items[3 + w].revents & ZMQ_POLLOUT) flush(*waiting_[w], now);
   }
   return (items[0].revents & ZMQ_POLLIN) != 0;

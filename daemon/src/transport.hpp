@@ -97,6 +97,14 @@ struct Inbound {
   std::span<const std::byte> bytes() const { return payload; }
 };
 
+// A compressed frame (consensus/codec.hpp) of a round, building on the
+// sender's public copy of round `base`.
+struct CompressedFrame {
+  std::int64_t base = -1;
+  std::shared_ptr<const void> owner;
+  std::span<const std::byte> bytes;
+};
+
 struct Rejected {
   std::optional<std::size_t> from;  // none: the sender is nobody we know
   wire::Reject reason;
@@ -114,6 +122,12 @@ class Transport {
   // every out-neighbour as round `round`'s estimate; after link_delay if set.
   void publish(std::int64_t round, std::shared_ptr<const void> owner,
                std::span<const std::byte> payload, consensus::Time now);
+  // With compression: `frame` to each neighbour whose copy of ours is at
+  // its base (the last estimate we began to it), the public copy `copy`
+  // whole to any other (first contact, a lost or superseded send, RESYNC).
+  void publishCompressed(std::int64_t round, std::shared_ptr<const void> copyOwner,
+                         std::span<const std::byte> copy, std::optional<CompressedFrame> frame,
+                         consensus::Time now);
   // DECISION and BYE wait in the link's bounded queue, and go out before
   // the next chunk of an estimate.
   void sendControl(wire::Kind kind, std::int64_t round, std::uint64_t flags,
@@ -134,7 +148,9 @@ class Transport {
   std::optional<std::variant<Inbound, Rejected>> receive(consensus::Time now);
   // The engine's receipt for an Inbound: implausible rounds are rejects,
   // stale and duplicate estimates discards; anything else is a sign of
-  // life (a returning neighbour gets our estimate again).
+  // life (a returning neighbour gets our estimate again). A compressed
+  // frame that did not fit (gap, corrupt) is a reject, and the sender is
+  // asked for its copy whole (RESYNC).
   void settle(const Inbound& message, consensus::Receipt receipt, consensus::Time now);
 
   // Polling: append() adds what the transport waits on (the ROUTER first);
@@ -166,6 +182,9 @@ class Transport {
     std::shared_ptr<const void> owner;
     std::span<const std::byte> payload;
     std::shared_ptr<const std::vector<std::uint32_t>> checksums;  // one per chunk
+    // With compression, the whole estimate is the public copy and this its
+    // alternative for a neighbour in step (header.base: what it builds on).
+    std::shared_ptr<const Outgoing> frame;
   };
   // One per out-neighbour: its DEALER and what did not fit in its queue yet.
   // Nothing is lost to a momentarily full queue, and memory stays bounded:
@@ -191,6 +210,9 @@ class Transport {
     std::optional<std::uint64_t> grant;
     std::uint64_t usedGrant = 0;
     consensus::Time usedUntil{};
+    // With compression: the round of the last estimate begun to it (frame
+    // or whole), where its copy of ours will be; -1: unknown, send it whole.
+    std::int64_t copyRound = -1;
   };
   static constexpr std::size_t kMaxPendingControls = 64;
   // One per in-neighbour, with estimates in chunks: the buffer the next
@@ -217,19 +239,25 @@ class Transport {
 
   void openRouter();
   void connectDealers();
-  wire::Header header(wire::Kind kind, std::int64_t round, consensus::Time now) const;
+  wire::Header header(wire::Kind kind, std::int64_t round) const;
+  Outgoing outgoing(const wire::Header& h, std::shared_ptr<const void> owner,
+                    std::span<const std::byte> payload, consensus::Time now) const;
+  // After link_delay if set, else now.
+  void dispatch(Outgoing out, consensus::Time now);
   void sendToAll(Outgoing out, consensus::Time now);
   void queueEstimate(Link& link, const Outgoing& out, consensus::Time now);
   void flush(Link& link, consensus::Time now);
   bool sendChunk(Link& link, const Outgoing& out, std::size_t at, consensus::Time now);
   void queueControl(Link& link, const std::array<std::byte, wire::kHeaderSize>& bytes, bool hello);
-  void receiveReady(Link& link, consensus::Time now);
+  void receiveReplies(Link& link, consensus::Time now);
   std::optional<std::variant<Inbound, Rejected>> receiveChunk(std::size_t from,
                                                               const wire::Header& h,
                                                               zmq::message_t& payload,
                                                               consensus::Time now);
   static void abandon(Receiver& in);
-  void sendReady(Receiver& in, consensus::Time now);
+  void sendReady(Receiver& in);
+  // A control on the connection `in` speaks on (READY, RESYNC); dropped if it is gone.
+  void reply(Receiver& in, const wire::Header& h);
   void noteRoutingId(std::size_t peer, const std::string& routingId);
   Identity identify(const std::vector<zmq::message_t>& frames) const;
   Rejected reject(std::optional<std::size_t> peer, wire::Reject reason,
@@ -245,6 +273,7 @@ class Transport {
   TransportOptions options_;
   std::size_t estimateBytes_;
   bool chunked_;  // estimates of more than one chunk
+  bool listens_;  // DEALERs read replies: READY (in chunks), RESYNC (compressed)
 
   zmq::context_t context_{1};
   zmq::socket_t router_;

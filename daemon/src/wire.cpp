@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -87,6 +88,25 @@ inline std::uint64_t exponentFlags(std::uint64_t word, Exponents e) {
 
 std::size_t bytesPer(Dtype dtype) {
   return dtype == Dtype::Float64 ? 8 : 4;
+}
+
+Dtype frameDtype(consensus::Compression codec) {
+  switch (codec) {
+    case consensus::Compression::Bf16:
+      return Dtype::Bf16;
+    case consensus::Compression::Fp16:
+      return Dtype::Fp16;
+    case consensus::Compression::Int8:
+      return Dtype::Int8;
+    case consensus::Compression::None:
+      break;
+  }
+  throw std::logic_error("frameDtype: no frames without compression");
+}
+
+std::uint64_t Expectation::totalBytes(Dtype of) const {
+  return of == dtype ? dimension * bytesPer(dtype)
+                     : consensus::frameBytes(compression, static_cast<std::size_t>(dimension));
 }
 
 std::uint32_t crc32cPortable(std::uint32_t crc, const unsigned char* at, std::size_t bytes) {
@@ -359,7 +379,7 @@ std::array<std::byte, kHeaderSize> encode(const Header& header) {
   put(out, 16, header.round);
   put(out, 24, header.dimension);
   put(out, 32, header.topologyHash);
-  put(out, 40, header.sentNs);
+  put(out, 40, header.base);
   put(out, 48, header.payloadBytes);
   put(out, 56, header.kind == Kind::Estimate ? header.offset : header.flags);
   return out;
@@ -370,9 +390,9 @@ std::variant<Header, Reject> decodeHeader(std::span<const std::byte> frame) {
   if (get<std::uint32_t>(frame, 0) != kMagic) return Reject::Magic;
   if (get<std::uint16_t>(frame, 4) != kVersion) return Reject::Version;
   const auto kind = get<std::uint8_t>(frame, 6);
-  if (kind < 1 || kind > 5) return Reject::Kind;
+  if (kind < 1 || kind > 6) return Reject::Kind;
   const auto dtype = get<std::uint8_t>(frame, 7);
-  if (dtype != 1 && dtype != 2) return Reject::Dtype;
+  if (dtype < 1 || dtype > 5) return Reject::Dtype;
   Header header;
   header.kind = static_cast<Kind>(kind);
   header.dtype = static_cast<Dtype>(dtype);
@@ -381,7 +401,7 @@ std::variant<Header, Reject> decodeHeader(std::span<const std::byte> frame) {
   header.round = get<std::int64_t>(frame, 16);
   header.dimension = get<std::uint64_t>(frame, 24);
   header.topologyHash = get<std::uint64_t>(frame, 32);
-  header.sentNs = get<std::int64_t>(frame, 40);
+  header.base = get<std::int64_t>(frame, 40);
   header.payloadBytes = get<std::uint64_t>(frame, 48);
   (header.kind == Kind::Estimate ? header.offset : header.flags) = get<std::uint64_t>(frame, 56);
   return header;
@@ -390,18 +410,25 @@ std::variant<Header, Reject> decodeHeader(std::span<const std::byte> frame) {
 std::optional<Reject> validate(const Header& header, std::span<const std::byte> payload,
                                const Expectation& expect) {
   if (header.topologyHash != expect.topologyHash) return Reject::Topology;
-  if (header.dtype != expect.dtype) return Reject::Dtype;
+  // A whole estimate has the parameters' dtype; anything else, frames
+  // included, the link's (so nodes that differ in compression never talk).
+  const bool whole = header.kind == Kind::Estimate && header.dtype == expect.dtype;
+  if (!whole && header.dtype != expect.linkDtype()) return Reject::Dtype;
   if (header.dimension != expect.dimension) return Reject::Dimension;
   if (header.kind != Kind::Estimate)
     return payload.empty() ? std::nullopt : std::optional(Reject::Length);
   if (header.round < 0) return Reject::Round;
-  const std::uint64_t total = expect.dimension * bytesPer(expect.dtype);
+  const std::uint64_t total = expect.totalBytes(header.dtype);
+  const std::uint64_t unit = whole ? bytesPer(expect.dtype) : 1;
   const std::uint64_t bytes = payload.size();
-  if (bytes != header.payloadBytes || bytes == 0 || bytes % bytesPer(expect.dtype) != 0 ||
-      header.offset % bytesPer(expect.dtype) != 0 || header.offset > total ||
-      bytes > total - header.offset) {
+  if (bytes != header.payloadBytes || bytes == 0 || bytes % unit != 0 ||
+      header.offset % unit != 0 || header.offset > total || bytes > total - header.offset) {
     return Reject::Length;
   }
+  if (!whole)
+    return checksum(payload.data(), payload.size()) == header.checksum
+               ? std::nullopt
+               : std::optional(Reject::Checksum);
   return checkPayload(payload, header.checksum, expect.dtype == Dtype::Float64);
 }
 
@@ -443,6 +470,10 @@ const char* toString(Reject reason) {
       return "truncated";
     case Reject::Overrun:
       return "overrun";
+    case Reject::Gap:
+      return "gap";
+    case Reject::Frame:
+      return "frame";
     case Reject::Round:
       return "implausible_round";
   }

@@ -16,22 +16,35 @@
 #include <variant>
 #include <vector>
 
+#include "consensusd/consensus/codec.hpp"
+
 namespace consensusd::wire {
 
 inline constexpr std::uint32_t kMagic = 0x4453434e;  // "NCSD" on the wire
-inline constexpr std::uint16_t kVersion = 2;
+inline constexpr std::uint16_t kVersion = 3;
 inline constexpr std::size_t kHeaderSize = 64;
 
-// READY goes the other way, receiver to sender: "my buffer for your
-// estimates is free, send the next" (estimates of more than one chunk only).
-enum class Kind : std::uint8_t { Hello = 1, Estimate = 2, Decision = 3, Bye = 4, Ready = 5 };
+// READY and RESYNC go the other way, receiver to sender: "my buffer for
+// your estimates is free, send the next" (estimates of more than one chunk
+// only); "a compressed frame of yours did not fit my copy: send it whole".
+enum class Kind : std::uint8_t {
+  Hello = 1,
+  Estimate = 2,
+  Decision = 3,
+  Bye = 4,
+  Ready = 5,
+  Resync = 6
+};
 // HELLO's flags: an estimate in chunks to you is under way.
 inline constexpr std::uint64_t kHelloSending = 1;
 // The most bytes one message carries; a larger estimate is sent in chunks.
 inline constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
-enum class Dtype : std::uint8_t { Float32 = 1, Float64 = 2 };
+// The parameters' type; Bf16, Fp16 and Int8 mark compressed frames
+// (consensus/codec.hpp), and every message of a node that sends them.
+enum class Dtype : std::uint8_t { Float32 = 1, Float64 = 2, Bf16 = 3, Fp16 = 4, Int8 = 5 };
 
-std::size_t bytesPer(Dtype dtype);
+std::size_t bytesPer(Dtype dtype);  // Float32, Float64
+Dtype frameDtype(consensus::Compression codec);  // not for None
 
 struct Header {
   Kind kind = Kind::Estimate;
@@ -41,7 +54,9 @@ struct Header {
   std::int64_t round = 0;
   std::uint64_t dimension = 0;
   std::uint64_t topologyHash = 0;
-  std::int64_t sentNs = 0;         // sender's clock, informational
+  // Estimate, a compressed frame: the round of the sender's public copy it
+  // builds on (docs/protocol.md, "Compressed estimates"); -1 otherwise.
+  std::int64_t base = -1;
   std::uint64_t payloadBytes = 0;  // in this message
   // One field on the wire (offset 56), read by kind:
   std::uint64_t offset = 0;  // Estimate: where this chunk's bytes start in the estimate
@@ -87,6 +102,9 @@ enum class Reject {
   ChunkOrder,  // a chunk that does not continue the estimate being received
   Truncated,   // an estimate abandoned half received (the sender moved on or went quiet)
   Overrun,     // a new estimate while the last one's buffer is still in use
+  // Compressed frames (docs/protocol.md, "Compressed estimates"):
+  Gap,    // it does not build on the copy we hold (one was lost): a keyframe is asked for
+  Frame,  // it does not decode onto the copy (a scale or value not finite, an overflow)
   Round,       // negative, or one the sender cannot honestly have reached (docs/protocol.md)
 };
 // How many reasons there are (Round stays last): counters are indexed by them.
@@ -97,6 +115,15 @@ struct Expectation {
   std::uint64_t topologyHash;
   std::uint64_t dimension;
   Dtype dtype;
+  // Frames of this codec besides whole estimates of `dtype` (keyframes);
+  // every other message then carries the frames' dtype.
+  consensus::Compression compression = consensus::Compression::None;
+  // The dtype a node's messages other than whole estimates carry.
+  Dtype linkDtype() const {
+    return compression == consensus::Compression::None ? dtype : frameDtype(compression);
+  }
+  // The bytes of a whole estimate (`dtype`) or of a whole frame.
+  std::uint64_t totalBytes(Dtype of) const;
 };
 
 // Header frame -> Header, or why not (magic, version, kind, size).
@@ -104,7 +131,7 @@ std::variant<Header, Reject> decodeHeader(std::span<const std::byte> frame);
 
 // Full check of a message against what this node expects; for an Estimate
 // chunk also its length and offset (inside the estimate, whole values),
-// checksum and finiteness.
+// checksum and finiteness (of a frame, the codec checks its values).
 std::optional<Reject> validate(const Header& header, std::span<const std::byte> payload,
                                const Expectation& expect);
 
