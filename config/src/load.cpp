@@ -131,6 +131,11 @@ void checkLocal(const NodeConfig& config, const Origins& origins) {
            "compression mixes public copies, which consensus.robust (" + consensus.robust +
                ") does not: choose one");
   }
+  if (consensus.compression != "none" && consensus.mixRound == "same") {
+    failAt(origins, "consensus.mix_round",
+           "compression keeps one copy of each neighbour, its newest: mix_round: same needs "
+           "consensus.compression: none");
+  }
   if (policySpec(config).kind == consensus::PolicyKind::Timeout &&
       consensus.timeoutMs >= consensus.hardDeadlineMs) {
     failAt(origins, "consensus.timeout_ms", "timeout_ms must be below consensus.hard_deadline_ms");

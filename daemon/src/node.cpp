@@ -378,6 +378,7 @@ class Runner {
     status->discarded = traffic.discards();
     status->sends = traffic.sendEvents();
     status->connectionsClosed = traffic.connectionsClosed;
+    status->bytesSent = traffic.bytesSent;
     if (trainer_) status->trainer = trainer_->status();
     status->acceptFailures = board_.acceptFailures();
     status->classHistogram = histogram_;

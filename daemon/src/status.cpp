@@ -51,6 +51,7 @@ nlohmann::json toJson(const StatusSnapshot& status) {
                         {"discarded", status.discarded},
                         {"sends", status.sends},
                         {"connections_closed", status.connectionsClosed},
+                        {"bytes_sent", status.bytesSent},
                         {"class_histogram", status.classHistogram},
                         {"neighbors", neighborsJson(status)}};
   if (status.trainer) {

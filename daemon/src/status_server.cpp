@@ -267,6 +267,9 @@ std::string prometheusText(const StatusSnapshot& status) {
          labelled(status.cutoffs, "reason"));
   metric("consensusd_connections_closed_total", "counter", "Connections to the ROUTER that closed.",
          one(static_cast<double>(status.connectionsClosed)));
+  metric("consensusd_sent_bytes_total", "counter",
+         "Estimate payload handed to the network (compressed frames and whole estimates).",
+         one(static_cast<double>(status.bytesSent)));
   std::vector<std::pair<std::string, double>> received;
   std::vector<std::pair<std::string, double>> mixed;
   std::vector<std::pair<std::string, double>> bytes;

@@ -201,7 +201,8 @@ void Transport::publishCompressed(std::int64_t round, std::shared_ptr<const void
     wire::Header h = header(wire::Kind::Estimate, round);
     h.dtype = options_.expect.linkDtype();
     h.base = frame->base;
-    out.frame = std::make_shared<const Outgoing>(outgoing(h, std::move(frame->owner), frame->bytes, now));
+    out.frame =
+        std::make_shared<const Outgoing>(outgoing(h, std::move(frame->owner), frame->bytes, now));
   }
   dispatch(std::move(out), now);
 }

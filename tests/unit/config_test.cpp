@@ -128,6 +128,9 @@ TEST_CASE("local cross-checks") {
   CHECK(readError(kMinimal + "consensus:\n  compression: int8\n  robust: clip\n") ==
         "c.yaml:6:16: compression mixes public copies, which consensus.robust (clip) does not: "
         "choose one (consensus.compression)");
+  CHECK(readError(kMinimal + "consensus:\n  compression: bf16\n  mix_round: same\n") ==
+        "c.yaml:7:14: compression keeps one copy of each neighbour, its newest: mix_round: same "
+        "needs consensus.compression: none (consensus.mix_round)");
   CHECK(readError(kMinimal + "consensus:\n  compression: int4\n").find("bf16") !=
         std::string::npos);
   CHECK(readError(kMinimal + "model:\n  kind: mlp\n  hidden: []\n") ==

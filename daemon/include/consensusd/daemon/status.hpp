@@ -84,6 +84,7 @@ struct StatusSnapshot {
   // replaced it before it left), dropped (a control message the bound let go).
   std::map<std::string, std::uint64_t> sends;
   std::uint64_t connectionsClosed = 0;      // by peers or by ZeroMQ (oversized frames)
+  std::uint64_t bytesSent = 0;              // estimate payload (frames, keyframes) sent
   std::vector<std::size_t> classHistogram;  // this node's training samples per class
   // Recent round records, shared with the node (a snapshot copies pointers).
   std::deque<std::shared_ptr<const nlohmann::json>> history;

@@ -43,7 +43,7 @@ inline constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
 // (consensus/codec.hpp), and every message of a node that sends them.
 enum class Dtype : std::uint8_t { Float32 = 1, Float64 = 2, Bf16 = 3, Fp16 = 4, Int8 = 5 };
 
-std::size_t bytesPer(Dtype dtype);  // Float32, Float64
+std::size_t bytesPer(Dtype dtype);               // Float32, Float64
 Dtype frameDtype(consensus::Compression codec);  // not for None
 
 struct Header {
@@ -105,7 +105,7 @@ enum class Reject {
   // Compressed frames (docs/protocol.md, "Compressed estimates"):
   Gap,    // it does not build on the copy we hold (one was lost): a keyframe is asked for
   Frame,  // it does not decode onto the copy (a scale or value not finite, an overflow)
-  Round,       // negative, or one the sender cannot honestly have reached (docs/protocol.md)
+  Round,  // negative, or one the sender cannot honestly have reached (docs/protocol.md)
 };
 // How many reasons there are (Round stays last): counters are indexed by them.
 inline constexpr std::size_t kRejectReasons = static_cast<std::size_t>(Reject::Round) + 1;
