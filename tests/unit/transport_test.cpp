@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstring>
 #include <vector>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
@@ -403,4 +404,125 @@ TEST_CASE("transport: chunks out of order, cut short or over the flow are droppe
     CHECK(reason(next({&b}, b)) == "overrun");
     CHECK(floats(std::get<Inbound>(whole))[0] == 1.0f);  // the held estimate is untouched
   }
+}
+
+namespace {
+
+// With compression: a node's public copy (whole) and its frame for a round.
+struct CompressedRound {
+  std::shared_ptr<const std::vector<float>> copy;
+  std::shared_ptr<const std::vector<std::byte>> frame;
+};
+
+CompressedRound compressedRound(float fill, std::size_t dimension) {
+  return {values(fill, dimension),
+          std::make_shared<const std::vector<std::byte>>(
+              consensus::frameBytes(consensus::Compression::Int8, dimension), std::byte{7})};
+}
+
+void publishCompressed(Transport& t, std::int64_t round, const CompressedRound& r,
+                       std::optional<std::int64_t> base) {
+  std::optional<daemon::CompressedFrame> frame;
+  if (base) frame = daemon::CompressedFrame{*base, r.frame, *r.frame};
+  t.publishCompressed(round, r.copy, std::as_bytes(std::span(*r.copy)), std::move(frame), {});
+}
+
+}  // namespace
+
+TEST_CASE("transport: compressed, the copy goes whole first, then frames; RESYNC sends it whole") {
+  constexpr std::size_t kValues = 300;  // frames of 2 x 4 + 300 bytes, copies of 1,200
+  const std::size_t frameBytes = consensus::frameBytes(consensus::Compression::Int8, kValues);
+  for (const std::size_t chunk : {std::size_t{1} << 20, std::size_t{256}}) {
+    CAPTURE(chunk);
+    Pair pair;
+    auto options = [&](std::size_t node) {
+      auto o = pair.options(node, kValues);
+      o.expect.compression = consensus::Compression::Int8;
+      o.chunkBytes = chunk;
+      return o;
+    };
+    Transport a(pair.topology, 0, options(0));
+    Transport b(pair.topology, 1, options(1));
+    a.keepAlive(0, {});  // in chunks, b answers READY on the connection it hears a on
+    // What arrived, copied: b's receive buffer is free for the next one
+    // (the engine copies a keyframe into its copy and applies a frame).
+    struct Got {
+      wire::Header header;
+      std::vector<std::byte> bytes;
+      float first() const {
+        float value;
+        std::memcpy(&value, bytes.data(), sizeof value);
+        return value;
+      }
+    };
+    const auto received = [&](consensus::Receipt receipt = consensus::Receipt::Stored) {
+      auto got = nextWhole({&a, &b}, b);
+      REQUIRE(std::holds_alternative<Inbound>(got));
+      const Inbound& message = std::get<Inbound>(got);
+      b.settle(message, receipt, {});
+      return Got{message.header, {message.bytes().begin(), message.bytes().end()}};
+    };
+    const CompressedRound r0 = compressedRound(1.0f, kValues);
+    publishCompressed(a, 0, r0, std::nullopt);  // the first round has no frame
+    Got m = received();
+    CHECK(m.header.dtype == wire::Dtype::Float32);
+    CHECK(m.bytes.size() == kValues * 4);
+
+    const CompressedRound r1 = compressedRound(2.0f, kValues);
+    publishCompressed(a, 1, r1, 0);  // b's copy of a is at round 0: the frame
+    // The frame does not fit b's copy: a reject, and a's copy comes whole
+    // (round 1 again, since nothing newer waits).
+    m = received(consensus::Receipt::Gap);
+    CHECK(m.header.dtype == wire::Dtype::Int8);
+    CHECK(m.header.base == 0);
+    REQUIRE(m.bytes.size() == frameBytes);
+    CHECK(m.bytes[10] == std::byte{7});
+    CHECK(b.counters().rejects() == std::map<std::string, std::uint64_t>{{"gap", 1}});
+    m = received();
+    CHECK(m.header.round == 1);
+    CHECK(m.header.dtype == wire::Dtype::Float32);
+    CHECK(m.first() == 2.0f);
+
+    const CompressedRound r2 = compressedRound(3.0f, kValues);
+    publishCompressed(a, 2, r2, 1);  // in step again
+    m = received();
+    CHECK(m.header.dtype == wire::Dtype::Int8);
+    CHECK(m.header.base == 1);
+    CHECK(a.counters().bytesSent == 2 * kValues * 4 + 2 * frameBytes);
+  }
+}
+
+TEST_CASE("transport: compressed, a frame with a bad checksum or length, or a link that differs") {
+  constexpr std::size_t kValues = 300;
+  Pair pair;
+  auto options = pair.options(1, kValues);
+  options.expect.compression = consensus::Compression::Int8;
+  options.chunkBytes = std::size_t{1} << 20;
+  Transport b(pair.topology, 1, options);
+  RawPeer peer("a/0", pair.topology.node(1).endpoint);
+  const auto send = [&](wire::Header h, std::size_t bytes, bool goodChecksum) {
+    std::vector<std::byte> payload(bytes, std::byte{1});
+    h.topologyHash = pair.topology.hash();
+    h.dimension = kValues;
+    h.payloadBytes = bytes;
+    h.checksum = wire::checksum(payload.data(), bytes) + (goodChecksum ? 0 : 1);
+    const auto header = wire::encode(h);
+    peer.dealer.send(zmq::buffer(header), zmq::send_flags::sndmore);
+    peer.dealer.send(zmq::buffer(payload));
+    return reason(next({&b}, b));
+  };
+  wire::Header frame;
+  frame.kind = wire::Kind::Estimate;
+  frame.dtype = wire::Dtype::Int8;
+  frame.round = 3;
+  frame.base = 2;
+  const std::size_t frameBytes = consensus::frameBytes(consensus::Compression::Int8, kValues);
+  CHECK(send(frame, frameBytes, false) == "checksum");
+  CHECK(send(frame, frameBytes + 1, true) == "length");
+  frame.dtype = wire::Dtype::Bf16;  // another codec's frame
+  CHECK(send(frame, 2 * kValues, true) == "dtype");
+  wire::Header hello;
+  hello.kind = wire::Kind::Hello;
+  hello.dtype = wire::Dtype::Float32;  // a node without compression
+  CHECK(send(hello, 0, true) == "dtype");
 }
