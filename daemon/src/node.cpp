@@ -294,7 +294,7 @@ class Runner {
     watchLinks(record);
     // One gradient buffer: back to the compute thread for the next round.
     if (worker_) worker_->recycle(engine_->takeSpentUpdate());
-    telemetry_.onRecord(record);
+    telemetry_.onRecord(record, transport_->counters().bytesSent);
     const std::int64_t every = cfg_.checkpoint.everyRounds;
     if (every > 0 && record.nextRound / every != record.round / every) trySaveCheckpoint();
     if (cfg_.train.rounds > 0 && engine_->round() >= cfg_.train.rounds) {

@@ -16,7 +16,7 @@ void Telemetry::onEvaluation(std::int64_t round, const data::Evaluation& evaluat
   pendingEvaluation_ = {round, evaluation};
 }
 
-void Telemetry::onRecord(const consensus::RoundRecord& record) {
+void Telemetry::onRecord(const consensus::RoundRecord& record, std::uint64_t sentBytes) {
   owner_.check();
   ++finishedRounds_;
   lossEwma_ = finishedRounds_ == 1 ? record.loss : lossEwma_ + 0.05 * (record.loss - lossEwma_);
@@ -34,7 +34,8 @@ void Telemetry::onRecord(const consensus::RoundRecord& record) {
                          {"compute_ms", ms(record.compute)},
                          {"blocked_ms", ms(record.blocked)},
                          {"distance", record.consensusDistance},
-                         {"skipped", record.skipped}};
+                         {"skipped", record.skipped},
+                         {"sent_bytes", sentBytes}};
   if (pendingEvaluation_ && pendingEvaluation_->first == record.round) {
     accuracy_ = pendingEvaluation_->second.accuracy;
     testLoss_ = pendingEvaluation_->second.loss;

@@ -28,7 +28,9 @@ class Telemetry {
 
   // A test evaluation at round `round`'s parameters: reported with that round's record.
   void onEvaluation(std::int64_t round, const data::Evaluation& evaluation);
-  void onRecord(const consensus::RoundRecord& record);
+  // `sentBytes`: the estimate bytes this node has sent so far (frames and
+  // whole estimates), in the round's line as `sent_bytes`.
+  void onRecord(const consensus::RoundRecord& record, std::uint64_t sentBytes = 0);
   // The evaluation of the final parameters, for status and the summary.
   void setFinal(const data::Evaluation& evaluation);
   void writeSummary(const nlohmann::json& summary);

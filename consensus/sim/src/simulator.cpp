@@ -487,6 +487,7 @@ class Simulation {
     row.meanTarget = targets_ / rounds;
     row.timeoutShare = static_cast<double>(timeouts_) / rounds;
     row.deadlineShare = static_cast<double>(deadlines_) / rounds;
+    row.sentBytesPerNode = static_cast<double>(result_.bytesSent) / n;
     backups_ = targets_ = 0;
     recorded_ = timeouts_ = deadlines_ = 0;
     result_.samples.push_back(row);

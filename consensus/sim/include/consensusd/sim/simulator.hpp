@@ -90,6 +90,8 @@ struct Sample {
   double meanTarget = 0;
   double timeoutShare = 0;
   double deadlineShare = 0;
+  // Estimate bytes sent per node so far (frames, keyframes, whole estimates).
+  double sentBytesPerNode = 0;
 };
 
 struct SimResult {
