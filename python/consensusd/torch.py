@@ -18,6 +18,12 @@ optimizer steps from there, and the difference goes to the daemon as a
 it stepped from (the dynamic wait policy's statistics). Then the model
 holds x_{k+1}, the next round's parameters.
 
+With local_steps=H, a round is H steps of the wrapped optimizer from x_k
+(H calls of step(), the loop unchanged) and one delta, x_after - x_k, for
+the daemon: H times fewer exchanges for the same samples, as DiLoCo's
+inner steps (docs/trainers.md, "Local steps"). The gradient handed with it
+is the first step's, at x_k; the loss, the mean of the H steps'.
+
 The model's parameters at construction are the node's x_0 on a fresh start:
 seed the model's initialisation alike on every node. On a resumed node the
 daemon's checkpointed x replaces them. The wrapped optimizer's state (Adam's
@@ -36,10 +42,17 @@ __all__ = ["Optimizer"]
 class Optimizer:
     """Wraps `optimizer` (over `model`'s parameters) to train as node `socket`.
     reconnect=True rides out daemon restarts (the model then continues from the
-    daemon's checkpointed x); else a lost daemon raises consensusd.DaemonLost."""
+    daemon's checkpointed x); else a lost daemon raises consensusd.DaemonLost.
+    local_steps: optimizer steps per round (one delta to the daemon after them)."""
 
-    def __init__(self, optimizer, model, socket, timeout=30.0, reconnect=False):
+    def __init__(self, optimizer, model, socket, timeout=30.0, reconnect=False, local_steps=1):
+        if int(local_steps) != local_steps or local_steps < 1:
+            raise ValueError(f"local_steps must be a whole number >= 1, not {local_steps!r}")
         self.optimizer = optimizer
+        self.local_steps = int(local_steps)
+        self._losses = []  # of this round's steps so far
+        self._gradient = None  # the round's first gradient, at x_k
+        self._test = (None, None)  # the latest accuracy and test loss given this round
         self._params = [p for p in model.parameters() if p.requires_grad]
         with torch.no_grad():
             x0 = parameters_to_vector(self._params).detach().cpu().numpy().astype(np.float32)
@@ -58,19 +71,28 @@ class Optimizer:
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def step(self, loss, accuracy=None, test_loss=None):
-        """Steps the wrapped optimizer at x_k, hands the delta to the node, and loads
-        x_{k+1} into the model. `accuracy` and `test_loss`: the model's test figures
-        at x_k, when measured this round."""
-        with torch.no_grad():  # the gradient at x_k: the dynamic wait policy's statistics
-            gradient = parameters_to_vector(
-                [p.grad if p.grad is not None else torch.zeros_like(p) for p in self._params])
-            gradient = gradient.detach().cpu().numpy()
+        """Steps the wrapped optimizer; after local_steps of them (one by default),
+        hands the delta from x_k to the node and loads x_{k+1} into the model.
+        `accuracy` and `test_loss`: the model's test figures, when measured."""
+        if not self._losses:  # the gradient at x_k: the dynamic wait policy's statistics
+            with torch.no_grad():
+                gradient = parameters_to_vector(
+                    [p.grad if p.grad is not None else torch.zeros_like(p) for p in self._params])
+                self._gradient = gradient.detach().cpu().numpy()
         self.optimizer.step()
+        self._losses.append(float(loss))
+        if accuracy is not None or test_loss is not None:
+            self._test = (accuracy, test_loss)
+        if len(self._losses) < self.local_steps:
+            return
         with torch.no_grad():
             after = parameters_to_vector(self._params).detach().cpu().numpy()
         delta = after.astype(np.float32) - self._x
-        self._round.submit(delta, loss=float(loss), kind="delta", accuracy=accuracy,
-                           test_loss=test_loss, gradient=gradient)
+        accuracy, test_loss = self._test
+        self._round.submit(delta, loss=float(np.mean(self._losses)), kind="delta",
+                           accuracy=accuracy, test_loss=test_loss, gradient=self._gradient)
+        self._losses = []
+        self._test = (None, None)
         self._next_round()
 
     def state_dict(self):

@@ -235,6 +235,42 @@ TEST_CASE("external trainers: PyTorch models with Adam through consensusd.torch.
   CHECK(biasSum / 2 == doctest::Approx(0.05).epsilon(0.5));
 }
 
+TEST_CASE("external trainers: local_steps=4, four Adam steps a round and one delta") {
+  auto overrides = externalModel(100);
+  overrides.push_back("consensus.policy=all");
+  overrides.push_back("model.dimension=5");
+  Cluster cluster(2, overrides);
+  cluster.startAll();
+  std::vector<std::unique_ptr<Child>> trainers;
+  for (std::size_t i = 0; i < 2; ++i) {
+    REQUIRE(waitFor([&] { return answers(cluster, i); }, 30s));
+    trainers.push_back(std::make_unique<Child>(
+        std::vector<std::string>{
+            "/usr/bin/env", "PYTHONPATH=" + std::string(CONSENSUSD_SOURCE_DIR) + "/python",
+            "/usr/bin/python3",
+            std::string(CONSENSUSD_SOURCE_DIR) + "/tests/integration/trainers/torch_linear.py",
+            trainerSocket(cluster, i), std::to_string(i), "4"},
+        cluster.path("torch" + std::to_string(i))));
+  }
+  for (std::size_t i = 0; i < 2; ++i) {
+    REQUIRE(cluster.child(i).wait(120s) == std::optional<int>(0));
+    REQUIRE(trainers[i]->wait(60s) == std::optional<int>(0));
+    const auto lines = linesOf(cluster.path("torch" + std::to_string(i)));
+    REQUIRE(lines.size() == 1);
+    CAPTURE(lines[0]);
+    CHECK(lines[0]["round"] == 99);
+    // 100 rounds of four steps; the last step's round never came back.
+    CHECK(lines[0]["steps"] == 4 * 100 - 1);
+    const std::vector<double> weight = lines[0]["weight"];
+    const std::vector<double> truth{1.0, -2.0, 3.0, 0.5};
+    for (std::size_t k = 0; k < 4; ++k) CHECK(weight[k] == doctest::Approx(truth[k]).epsilon(0.05));
+  }
+  // The daemon saw 100 rounds, not 400.
+  const auto lines = linesOf(cluster.path("n0.jsonl"));
+  REQUIRE(!lines.empty());
+  CHECK(lines.back()["round"] == 100);
+}
+
 TEST_CASE("external trainers: a daemon killed under a running trainer, restarted, goes on") {
   auto overrides = externalModel(0);
   overrides.push_back("checkpoint.every_rounds=10");

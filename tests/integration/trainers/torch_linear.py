@@ -2,8 +2,8 @@
 with w = (1, -2, 3, 0.5) on every node and b_i = node / 10, Adam through
 consensusd.torch.Optimizer. The network's optimum: w, and b = the mean b_i.
 
-usage: torch_linear.py SOCKET NODE
-Prints {"round", "weight", "bias"} when the daemon goes away.
+usage: torch_linear.py SOCKET NODE [LOCAL_STEPS]
+Prints {"round", "steps", "weight", "bias"} when the daemon goes away.
 """
 
 import json
@@ -17,11 +17,14 @@ import consensusd.torch
 
 def main():
     socket, node = sys.argv[1], int(sys.argv[2])
+    local_steps = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     torch.manual_seed(1)  # the same initialisation on every node
     model = torch.nn.Linear(4, 1)
     torch.manual_seed(100 + node)  # each node's own data
     weight = torch.tensor([[1.0, -2.0, 3.0, 0.5]])
-    opt = consensusd.torch.Optimizer(torch.optim.Adam(model.parameters(), lr=0.05), model, socket)
+    opt = consensusd.torch.Optimizer(torch.optim.Adam(model.parameters(), lr=0.05), model, socket,
+                                     local_steps=local_steps)
+    steps = 0
     try:
         while True:
             inputs = torch.randn(32, 4)
@@ -30,8 +33,9 @@ def main():
             loss = torch.nn.functional.mse_loss(model(inputs), targets)
             loss.backward()
             opt.step(loss=loss.item())
+            steps += 1
     except consensusd.DaemonError:
-        print(json.dumps({"round": opt.round, "weight": model.weight.data[0].tolist(),
+        print(json.dumps({"round": opt.round, "steps": steps, "weight": model.weight.data[0].tolist(),
                           "bias": model.bias.item()}), flush=True)
     return 0
 
