@@ -674,7 +674,9 @@ void Transport::welcome(std::size_t peer, Time now) {
 
 void Transport::resendTo(std::size_t peer, Time now) {
   if (const auto link = links_.find(peer); link != links_.end() && lastSent_) {
-    link->second.copyRound = -1;  // whatever it holds of ours, this goes whole
+    // Compressed: the frame again, on the guess that the one sent was lost
+    // (if not, it is a duplicate there; a copy anywhere else answers RESYNC).
+    link->second.copyRound = lastSent_->frame ? lastSent_->frame->header.base : -1;
     queueEstimate(link->second, *lastSent_, now);
   }
 }

@@ -82,6 +82,8 @@ def main():
     parser.add_argument("--state", help="keep Adam's state here (saved every --eval-every)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--reconnect", action="store_true", help="ride out daemon restarts")
+    parser.add_argument("--local-steps", type=int, default=1,
+                        help="Adam steps per round, one delta to the daemon (docs/trainers.md)")
     args = parser.parse_args()
     if not args.single and not args.socket:
         parser.error("--socket is required (or --single)")
@@ -104,11 +106,13 @@ def main():
         optimizer, first = adam, 0
     else:
         import consensusd.torch
-        optimizer = consensusd.torch.Optimizer(adam, model, socket=args.socket,
-                                               timeout=60, reconnect=args.reconnect)
+        optimizer = consensusd.torch.Optimizer(adam, model, socket=args.socket, timeout=60,
+                                               reconnect=args.reconnect,
+                                               local_steps=args.local_steps)
         first = optimizer.round
     start = time.monotonic()
     round_ = first
+    step = 0  # within the round: with --local-steps, the round's last is measured
     while round_ < args.rounds:
         batch = torch.from_numpy(rng.integers(0, len(images), args.batch))
         for group in adam.param_groups:  # from the round: a resumed node continues the decay
@@ -118,7 +122,8 @@ def main():
         loss.backward()
         accuracy = test_loss = None
         last = round_ == args.rounds - 1
-        if last or (round_ + 1) % args.eval_every == 0:  # measured at x_k, before the step
+        closes = args.single or step == args.local_steps - 1  # the step that ends the round
+        if closes and (last or (round_ + 1) % args.eval_every == 0):  # before the step
             # Between: every k-th test image (a spread sample); the last: all of them.
             every = 1 if last else max(1, len(test_images) // args.eval_samples)
             accuracy, test_loss = evaluate(model, test_images[::every], test_labels[::every])
@@ -134,6 +139,7 @@ def main():
                 optimizer.step(loss=loss.item(), accuracy=accuracy, test_loss=test_loss)
             except consensusd.DaemonLost:
                 break  # the daemon reached train.rounds and stopped
+            step = (step + 1) % args.local_steps
             round_ = optimizer.round
     if args.single:
         accuracy, _ = evaluate(model, test_images, test_labels)
