@@ -203,3 +203,43 @@ TEST_CASE(
                                ring.now) == Receipt::Gap);
 }
 }  // namespace consensus_test
+
+namespace consensus_test {
+
+TEST_CASE("compressed gossip: a node resumed from an older checkpoint sends its copy whole first") {
+  EngineOptions options = compressed();
+  options.consensusStep = 0.5;
+  options.staleness = 1;  // the resumed node stays a round behind: still mixed
+  Ring ring(options);
+  for (int k = 0; k < 5; ++k) ring.round();
+  // n1 restarts from its checkpoint of the round before: a new engine,
+  // with no public copy (copies are not checkpointed).
+  const std::int64_t resumed = ring.nodes[1]->round() - 1;
+  const Eigen::VectorXd params = ring.nodes[1]->params();
+  ring.nodes[1] = std::make_unique<Engine>(ring.topology, 1, options, rate(0.0), 0.0, params,
+                                           ring.now, resumed);
+  ring.inStep[1] = {false, false, false};  // its transport is new too
+  ring.startAll();
+  CHECK(ring.starts[1].frame == nullptr);  // a first round: the copy whole
+  CHECK(ring.starts[1].round == resumed);
+  ring.deliverAll();
+  // Deliveries: n0->n1, n0->n2, n1->n2, n1->n0, n2->n0, n2->n1. Its keyframes
+  // are older than the round the others are in: kept as their copy of it
+  // (stale for this round), never a gap. It holds no copies: the others'
+  // frames are gaps, and their next estimates to it go whole.
+  REQUIRE(ring.receipts.size() == 6);
+  for (const std::size_t k : {std::size_t{2}, std::size_t{3}})
+    CHECK((ring.receipts[k] == Receipt::Stored || ring.receipts[k] == Receipt::Stale));
+  CHECK(ring.receipts[0] == Receipt::Gap);
+  CHECK(ring.receipts[5] == Receipt::Gap);
+  for (std::size_t i = 0; i < 3; ++i) REQUIRE(ring.finish(i, ring.now + seconds(10)));
+  ring.now += seconds(10);
+  const double spread = ring.spread();
+  for (int k = 0; k < 30; ++k) {
+    ring.round();
+    for (const Receipt receipt : ring.receipts) CHECK(receipt != Receipt::Gap);
+  }
+  CHECK(ring.spread() < 1e-3 * spread);
+}
+
+}  // namespace consensus_test
