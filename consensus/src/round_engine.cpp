@@ -263,9 +263,13 @@ std::optional<typename RoundEngine<Scalar>::Start> RoundEngine<Scalar>::tryStart
     if (publicRound_ < 0) {
       copy = *params_;  // the first round: a keyframe to everyone
     } else {
-      if (!frame_ || frame_.use_count() > 1)  // a send may still hold the last one
+      if (!frame_ || frame_.use_count() > 1) {  // a send may still hold the last one
         frame_ = std::make_shared<std::vector<std::byte>>(
             frameBytes(options_.compression, static_cast<std::size_t>(copy.size())));
+      } else {
+        // The last send let go with a release decrement: see its reads (as writable()).
+        std::atomic_thread_fence(std::memory_order_acquire);
+      }
       encodeDifference<Scalar>(options_.compression, valuesOf(std::as_const(*params_)),
                                valuesOf(copy), *frame_);
       start.frame = frame_;
