@@ -143,7 +143,9 @@ void encodeDifference(Compression codec, std::span<const Scalar> x, std::span<Sc
       float absmax = 0;
       for (std::size_t i = 0; i < n; ++i)
         absmax = std::max(absmax, static_cast<float>(std::abs(xs[i] - cs[i])));
-      const float scale = absmax / 127.0f;
+      // At most what a receiver accepts (frameFinite): a difference past the
+      // float range (a diverged model) still makes a frame it can check.
+      const float scale = std::min(absmax / 127.0f, std::numeric_limits<float>::max() / 128);
       const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
       std::memcpy(out, &scale, sizeof scale);
       auto* q = reinterpret_cast<std::int8_t*>(out + sizeof(float));
