@@ -136,6 +136,11 @@ void checkLocal(const NodeConfig& config, const Origins& origins) {
            "compression keeps one copy of each neighbour, its newest: mix_round: same needs "
            "consensus.compression: none");
   }
+  if (config.train.outer == "nesterov" && config.train.momentum > 0) {
+    failAt(origins, "train.momentum",
+           "outer: nesterov keeps its own momentum (train.outer_momentum): train.momentum must "
+           "be 0");
+  }
   if (policySpec(config).kind == consensus::PolicyKind::Timeout &&
       consensus.timeoutMs >= consensus.hardDeadlineMs) {
     failAt(origins, "consensus.timeout_ms", "timeout_ms must be below consensus.hard_deadline_ms");

@@ -122,6 +122,9 @@ consensus::EngineOptions engineOptions(const NodeConfig& config) {
   options.trim = static_cast<std::size_t>(c.trim);
   options.clipRadius = c.clipRadius;
   options.compression = named(consensus::kCompressions, c.compression);
+  options.outer = named(consensus::kOuters, config.train.outer);
+  options.outerLearningRate = config.train.outerLearningRate;
+  options.outerMomentum = config.train.outerMomentum;
   options.consensusStep = c.consensusStep;
   options.staleness = c.staleness;
   options.maxLead = c.maxLead;

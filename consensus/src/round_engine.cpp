@@ -91,6 +91,11 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
                       {},
                       -1});
   }
+  if (options_.outer == Outer::Nesterov) {
+    if (sgd_.hasMomentum())
+      throw std::invalid_argument("the outer step keeps its own momentum: no train.momentum");
+    outer_.emplace(dimension, options_.outerLearningRate, options_.outerMomentum);
+  }
   if (compressed()) {
     if (options_.robust != Robust::None)
       throw std::invalid_argument("compressed estimates mix public copies: no robust mixing");
@@ -668,7 +673,8 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     double distanceSq = 0;
     MixExtras<Scalar> extras;
     extras.distanceSq = &distanceSq;
-    stepped = record.gradientApplied && !heterogeneity && !(isGradient && sgd_.hasMomentum());
+    stepped =
+        record.gradientApplied && !heterogeneity && !(isGradient && sgd_.hasMomentum()) && !outer_;
     if (stepped) {  // x - eta g and x + (-eta) g are the same floats
       extras.step = gradient_.data();
       extras.stepScale = isGradient ? -static_cast<Scalar>(record.learningRate) : Scalar(1);
@@ -723,7 +729,10 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   previousEta_ = record.learningRate;
   previousVariance_ = stats_.sampleVariance;
   if (record.gradientApplied && !stepped) {
-    if (isGradient) {
+    if (outer_) {  // a gradient's update is -eta g
+      outer_->step(mixed, gradient_,
+                   isGradient ? -static_cast<Scalar>(record.learningRate) : Scalar(1));
+    } else if (isGradient) {
       sgd_.step(mixed, gradient_, record.learningRate);
     } else {
       mixed += gradient_;

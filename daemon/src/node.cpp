@@ -193,7 +193,7 @@ class Runner {
         std::move(params), now(), firstRound);
     for (const std::span<Scalar> buffer : engine_->modelBuffers())
       makeResident(std::as_writable_bytes(buffer));
-    if (velocity.size() > 0 && cfg_.train.momentum > 0) engine_->restoreVelocity(velocity);
+    if (velocity.size() > 0 && engine_->keepsVelocity()) engine_->restoreVelocity(velocity);
     if (worker_)
       worker_->recycle(engine_->takeSpentUpdate());  // its zeros: the one gradient buffer
   }
@@ -241,7 +241,7 @@ class Runner {
   std::optional<std::string> trySaveCheckpoint() {
     return checkpoints_->trySave(
         engine_->round(), bytesOf(engine_->params()),
-        cfg_.train.momentum > 0 ? bytesOf(engine_->velocity()) : std::span<const std::byte>());
+        engine_->keepsVelocity() ? bytesOf(engine_->velocity()) : std::span<const std::byte>());
   }
 
   void handleCommands() {

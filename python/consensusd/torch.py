@@ -21,7 +21,7 @@ holds x_{k+1}, the next round's parameters.
 With local_steps=H, a round is H steps of the wrapped optimizer from x_k
 (H calls of step(), the loop unchanged) and one delta, x_after - x_k, for
 the daemon: H times fewer exchanges for the same samples, as DiLoCo's
-inner steps (docs/trainers.md, "Local steps"). The gradient handed with it
+inner steps (docs/trainers.md, "Local steps and an outer step"). The gradient handed with it
 is the first step's, at x_k; the loss, the mean of the H steps'.
 
 The model's parameters at construction are the node's x_0 on a fresh start:

@@ -238,6 +238,18 @@ TEST_CASE("external trainers: PyTorch models with Adam through consensusd.torch.
 TEST_CASE("external trainers: local_steps=4, four Adam steps a round and one delta") {
   auto overrides = externalModel(100);
   overrides.push_back("consensus.policy=all");
+  // The delta taken as it is, and through an outer Nesterov step (lr and
+  // mu such that a steady delta moves x as much as plain does: Adam's
+  // near-constant steps would otherwise overshoot the optimum 7-fold).
+  std::string outer = "plain";
+  SUBCASE("outer: plain") {}
+  SUBCASE("outer: nesterov") {
+    outer = "nesterov";
+    overrides.push_back("train.outer_learning_rate=0.5");
+    overrides.push_back("train.outer_momentum=0.5");
+  }
+  CAPTURE(outer);
+  overrides.push_back("train.outer=" + outer);
   overrides.push_back("model.dimension=5");
   Cluster cluster(2, overrides);
   cluster.startAll();

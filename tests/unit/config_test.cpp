@@ -131,6 +131,9 @@ TEST_CASE("local cross-checks") {
   CHECK(readError(kMinimal + "consensus:\n  compression: bf16\n  mix_round: same\n") ==
         "c.yaml:7:14: compression keeps one copy of each neighbour, its newest: mix_round: same "
         "needs consensus.compression: none (consensus.mix_round)");
+  CHECK(readError(kMinimal + "train:\n  outer: nesterov\n  momentum: 0.9\n") ==
+        "c.yaml:7:13: outer: nesterov keeps its own momentum (train.outer_momentum): "
+        "train.momentum must be 0 (train.momentum)");
   CHECK(readError(kMinimal + "consensus:\n  compression: int4\n").find("bf16") !=
         std::string::npos);
   CHECK(readError(kMinimal + "model:\n  kind: mlp\n  hidden: []\n") ==

@@ -53,8 +53,8 @@ inline Schedule rate(double eta) {
 struct Hub {
   Topology topology = graph("star", 5);
   Engine engine;
-  explicit Hub(EngineOptions options, double eta = 0.0)
-      : engine(topology, 0, options, rate(eta), 0.0, Eigen::VectorXd::Zero(3), Time{}) {}
+  explicit Hub(EngineOptions options, double eta = 0.0, double momentum = 0.0)
+      : engine(topology, 0, options, rate(eta), momentum, Eigen::VectorXd::Zero(3), Time{}) {}
 
   void send(std::size_t node, std::int64_t round, double value, Time at) {
     const Eigen::VectorXd values = Eigen::VectorXd::Constant(3, value);

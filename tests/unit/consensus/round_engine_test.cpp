@@ -227,6 +227,43 @@ TEST_CASE("a delta with its gradient: applied as given, its step size is the tra
   CHECK((hub.engine.params() - (x + g)).norm() == doctest::Approx(0.0));
 }
 
+TEST_CASE("outer: nesterov takes DiLoCo's outer step on deltas and on -eta g") {
+  EngineOptions options = withPolicy(PolicyKind::Static);
+  options.policy.backups = 4;  // mix with nobody: only the outer step moves x
+  options.minResponders = 0;
+  options.outer = Outer::Nesterov;
+  options.outerLearningRate = 0.7;
+  options.outerMomentum = 0.9;
+  Hub hub(options, 0.1);
+  CHECK(hub.engine.keepsVelocity());
+  Eigen::VectorXd x = Eigen::VectorXd::Zero(3);
+  Eigen::VectorXd v = Eigen::VectorXd::Zero(3);
+  const auto expectStep = [&](const Eigen::VectorXd& u) {
+    v = 0.9 * v + u;
+    x += 0.7 * (u + 0.9 * v);
+    CHECK((hub.engine.params() - x).norm() == doctest::Approx(0.0).epsilon(1e-12));
+    CHECK((hub.engine.velocity() - v).norm() == doctest::Approx(0.0).epsilon(1e-12));
+  };
+  for (const Eigen::Vector3d& delta : {Eigen::Vector3d(1, -2, 0.5), Eigen::Vector3d(0.25, 1, 3)}) {
+    REQUIRE(hub.engine.tryStart(ms(0)));
+    hub.engine.onGradient(hub.engine.round(), delta, 1.0, GradientStats{}, ms(0),
+                          UpdateKind::Delta);
+    REQUIRE(hub.engine.tryFinish(ms(0)));
+    expectStep(delta);
+  }
+  const Eigen::VectorXd g = Eigen::Vector3d(2, 0, -1);
+  REQUIRE(hub.engine.tryStart(ms(0)));
+  hub.engine.onGradient(hub.engine.round(), g, 1.0, GradientStats{}, ms(0));
+  REQUIRE(hub.engine.tryFinish(ms(0)));
+  expectStep(-0.1 * g);
+  // A checkpoint's velocity comes back as the outer momentum.
+  Hub resumed(options, 0.1);
+  resumed.engine.restoreVelocity(v);
+  CHECK((resumed.engine.velocity() - v).norm() == 0.0);
+  // Its own momentum besides train.momentum would be two velocities in one checkpoint.
+  CHECK_THROWS_AS(Hub(options, 0.1, 0.9), std::invalid_argument);
+}
+
 TEST_CASE("the mailbox keeps an owned estimate in place and copies one without an owner") {
   Mailbox<double> mailbox(2, 3);
   auto received = std::make_shared<Eigen::VectorXd>(Eigen::Vector3d(1.0, 2.0, 3.0));

@@ -44,6 +44,9 @@ struct NodeConfig {
     std::int64_t stepEveryRounds = 1000;
     double stepFactor = 0.5;
     double momentum = 0.0;
+    std::string outer = "plain";
+    double outerLearningRate = 0.7;
+    double outerMomentum = 0.9;
     double weightDecay = 0.0;
     std::int64_t rounds = 1000;
     double untilAccuracy = 0.0;

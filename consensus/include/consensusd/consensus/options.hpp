@@ -42,6 +42,12 @@ inline constexpr data::NameTable<PolicyKind, 5> kPolicyKinds{{{PolicyKind::All, 
                                                               {PolicyKind::Quantile, "quantile"},
                                                               {PolicyKind::Dynamic, "dynamic"}}};
 
+// Each round's update after the mix: plain x + u, or DiLoCo's outer step
+// with Nesterov momentum on u (data/optimizer.hpp; docs/trainers.md).
+enum class Outer { Plain, Nesterov };
+inline constexpr data::NameTable<Outer, 2> kOuters{
+    {{Outer::Plain, "plain"}, {Outer::Nesterov, "nesterov"}}};
+
 struct PolicySpec {
   PolicyKind kind = PolicyKind::Dynamic;
   std::int64_t backups = 1;                         // static: b
@@ -76,7 +82,10 @@ struct EngineOptions {
   // mix then moves x by gamma sum_j w_ij (c_j - c_i) (CHOCO-SGD's consensus
   // step; docs/protocol.md, "Compressed estimates").
   Compression compression = Compression::None;
-  double consensusStep = 1.0;     // gamma
+  double consensusStep = 1.0;  // gamma
+  Outer outer = Outer::Plain;
+  double outerLearningRate = 0.7;  // DiLoCo's
+  double outerMomentum = 0.9;
   std::size_t minResponders = 1;  // m_min
   std::size_t maxResponders = 0;  // 0: the degree
   Duration peerTimeout{std::chrono::seconds(3)};

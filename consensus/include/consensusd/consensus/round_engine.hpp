@@ -179,8 +179,11 @@ class RoundEngine {
   const Vector& params() const { return *params_; }
   // The momentum velocity (zeros without momentum); checkpoints keep it so a
   // restart does not reset momentum.
-  const Vector& velocity() const { return sgd_.velocity(); }
-  void restoreVelocity(const Eigen::Ref<const Vector>& velocity) { sgd_.setVelocity(velocity); }
+  const Vector& velocity() const { return outer_ ? outer_->velocity() : sgd_.velocity(); }
+  void restoreVelocity(const Eigen::Ref<const Vector>& velocity) {
+    outer_ ? outer_->setVelocity(velocity) : sgd_.setVelocity(velocity);
+  }
+  bool keepsVelocity() const { return outer_.has_value() || sgd_.hasMomentum(); }
   std::size_t degree() const { return slots_.size(); }
   std::size_t nodeOfSlot(std::size_t slot) const { return slots_[slot].node; }
   bool suspect(std::size_t slot, Time now) const;
@@ -270,6 +273,7 @@ class RoundEngine {
   ArrivalHistory arrivals_;
   GradientEstimator gradients_;
   data::Sgd<Scalar> sgd_;
+  std::optional<data::NesterovOuter<Scalar>> outer_;  // outer: nesterov
 
   Phase phase_ = Phase::Idle;
   bool started_ = false;  // a first round began: silence counts from then

@@ -58,6 +58,36 @@ class Sgd {
   Vector velocity_;
 };
 
+// DiLoCo's outer step (arXiv 2311.08105): each round's update u (a trainer's
+// delta over its local steps, or -eta g) is the outer gradient's negative,
+// taken with Nesterov momentum: v <- mu v + u, x <- x + lr (u + mu v).
+// `scale` multiplies u on the way in (1 for a delta, -eta for a gradient).
+template <class Scalar>
+class NesterovOuter {
+ public:
+  using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
+
+  NesterovOuter(std::size_t dimension, double learningRate, double momentum)
+      : learningRate_(learningRate),
+        momentum_(momentum),
+        velocity_(Vector::Zero(static_cast<Eigen::Index>(dimension))) {}
+
+  void step(Eigen::Ref<Vector> x, const Eigen::Ref<const Vector>& update, Scalar scale) {
+    const auto mu = static_cast<Scalar>(momentum_);
+    const auto lr = static_cast<Scalar>(learningRate_);
+    velocity_ = mu * velocity_ + scale * update;
+    x.noalias() += lr * (scale * update + mu * velocity_);
+  }
+
+  const Vector& velocity() const { return velocity_; }
+  void setVelocity(const Eigen::Ref<const Vector>& velocity) { velocity_ = velocity; }
+
+ private:
+  double learningRate_;
+  double momentum_;
+  Vector velocity_;
+};
+
 // Minibatches without replacement; a new seeded shuffle every epoch. The
 // tail that does not fill a batch waits for the next epoch's shuffle.
 class MinibatchSampler {
