@@ -211,12 +211,12 @@ SeedRatio seedRatio(const std::vector<std::optional<double>>& policy,
 void writeCsv(const fs::path& path, const std::vector<sim::Sample>& samples) {
   std::ofstream out(path, std::ios::trunc);
   out << "time_s,mean_round,mean_loss,accuracy,min_accuracy,max_accuracy,consensus_distance,"
-         "mean_b,mean_m,cut_timeout,cut_deadline,sent_mb\n";
+         "mean_b,mean_m,cut_timeout,cut_deadline,sent_mb,bytes_per_sample\n";
   for (const sim::Sample& s : samples) {
     out << s.timeS << ',' << s.meanRound << ',' << s.meanLoss << ',' << s.accuracy << ','
         << s.minAccuracy << ',' << s.maxAccuracy << ',' << s.consensusDistance << ','
         << s.meanBackups << ',' << s.meanTarget << ',' << s.timeoutShare << ',' << s.deadlineShare
-        << ',' << s.sentBytesPerNode / 1e6 << '\n';
+        << ',' << s.sentBytesPerNode / 1e6 << ',' << s.sentBytesPerSample << '\n';
   }
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }

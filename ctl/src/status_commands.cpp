@@ -114,9 +114,9 @@ int runTop(const TopOptions& options) {
     nlohmann::json all = nlohmann::json::array();
     std::string table;
     char line[320];
-    std::snprintf(line, sizeof line, "%-8s %8s %9s %8s %8s %5s %5s %5s %8s %9s %10s  %s\n", "node",
-                  "round", "rounds/s", "loss", "acc", "b", "resp", "susp", "rejects", "in Mbit/s",
-                  "transfer s", "state");
+    std::snprintf(line, sizeof line, "%-8s %8s %9s %8s %8s %5s %5s %5s %8s %9s %10s %9s %9s  %s\n",
+                  "node", "round", "rounds/s", "loss", "acc", "b", "resp", "susp", "rejects",
+                  "in Mbit/s", "transfer s", "sent MB", "kB/sample", "state");
     table += line;
     for (const topology::NodeSpec& node : graph.nodes()) {
       const std::string path =
@@ -129,8 +129,9 @@ int runTop(const TopOptions& options) {
       }
       all.push_back(s);
       if (!s.value("ok", false)) {
-        std::snprintf(line, sizeof line, "%-8s %8s %9s %8s %8s %5s %5s %5s %8s %9s %10s  %s\n",
-                      node.id.c_str(), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
+        std::snprintf(line, sizeof line,
+                      "%-8s %8s %9s %8s %8s %5s %5s %5s %8s %9s %10s %9s %9s  %s\n",
+                      node.id.c_str(), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-",
                       "unreachable");
         table += line;
         continue;
@@ -145,14 +146,18 @@ int runTop(const TopOptions& options) {
         inBytesPerS += n.value("bytes_per_s", 0.0);
         transferMs = std::max(transferMs, n.value("transfer_ms", 0.0));
       }
-      std::snprintf(
-          line, sizeof line, "%-8s %8lld %9.1f %8s %8s %5lld %5zu %5zu %8llu %9.1f %10.2f  %s\n",
-          node.id.c_str(), static_cast<long long>(s.value("round", 0LL)),
-          s.value("rounds_per_s", 0.0), fixed(s.value("loss", -1.0), 4).c_str(),
-          fixed(s.value("accuracy", -1.0), 4).c_str(),
-          static_cast<long long>(s.value("backups", 0LL)), s.value("responders", std::size_t{0}),
-          s.value("suspects", std::size_t{0}), static_cast<unsigned long long>(rejects),
-          inBytesPerS * 8 / 1e6, transferMs / 1000, state(s).c_str());
+      const nlohmann::json perSample = s.value("sent_bytes_per_sample", nlohmann::json());
+      std::snprintf(line, sizeof line,
+                    "%-8s %8lld %9.1f %8s %8s %5lld %5zu %5zu %8llu %9.1f %10.2f %9.1f %9s  %s\n",
+                    node.id.c_str(), static_cast<long long>(s.value("round", 0LL)),
+                    s.value("rounds_per_s", 0.0), fixed(s.value("loss", -1.0), 4).c_str(),
+                    fixed(s.value("accuracy", -1.0), 4).c_str(),
+                    static_cast<long long>(s.value("backups", 0LL)),
+                    s.value("responders", std::size_t{0}), s.value("suspects", std::size_t{0}),
+                    static_cast<unsigned long long>(rejects), inBytesPerS * 8 / 1e6,
+                    transferMs / 1000, s.value("bytes_sent", 0.0) / 1e6,
+                    perSample.is_number() ? fixed(perSample.get<double>() / 1e3, 2).c_str() : "-",
+                    state(s).c_str());
       table += line;
     }
     if (options.json) {

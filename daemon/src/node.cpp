@@ -294,7 +294,7 @@ class Runner {
     watchLinks(record);
     // One gradient buffer: back to the compute thread for the next round.
     if (worker_) worker_->recycle(engine_->takeSpentUpdate());
-    telemetry_.onRecord(record, transport_->counters().bytesSent);
+    telemetry_.onRecord(record, {transport_->counters().bytesSent, bytesReceived(), samples_});
     const std::int64_t every = cfg_.checkpoint.everyRounds;
     if (every > 0 && record.nextRound / every != record.round / every) trySaveCheckpoint();
     if (cfg_.train.rounds > 0 && engine_->round() >= cfg_.train.rounds) {
@@ -369,6 +369,8 @@ class Runner {
       n.rejected = traffic.rejectedFrom.at(node);
       const Inflow inflow = transport_->inflow(node);
       n.receivedBytes = inflow.bytes;
+      const auto sent = traffic.sentTo.find(node);
+      n.sentBytes = sent != traffic.sentTo.end() ? sent->second : 0;
       n.bytesPerSecond = inflow.bytesPerSecond;
       n.transferMs = ms(inflow.transfer);
       status->neighbors.push_back(n);
@@ -379,6 +381,8 @@ class Runner {
     status->sends = traffic.sendEvents();
     status->connectionsClosed = traffic.connectionsClosed;
     status->bytesSent = traffic.bytesSent;
+    status->bytesReceived = bytesReceived();
+    status->samples = samples_;
     if (trainer_) status->trainer = trainer_->status();
     status->acceptFailures = board_.acceptFailures();
     status->classHistogram = histogram_;
@@ -405,6 +409,7 @@ class Runner {
       }
       if (auto result = worker_ ? worker_->take() : std::nullopt) {
         engine_->swapGradient(result->round, result->gradient, result->loss, result->stats, t);
+        if (cfg_.model.kind != "none") samples_ += static_cast<std::uint64_t>(cfg_.train.batchSize);
         worker_->recycle(std::move(result->gradient));  // what the engine held: often none
         if (result->evaluation) telemetry_.onEvaluation(result->round, *result->evaluation);
       }
@@ -497,6 +502,12 @@ class Runner {
     return {reinterpret_cast<const Scalar*>(bytes.data()),
             static_cast<Eigen::Index>(bytes.size() / sizeof(Scalar))};
   }
+  std::uint64_t bytesReceived() const {
+    std::uint64_t total = 0;
+    for (std::size_t s = 0; s < engine_->degree(); ++s)
+      total += transport_->inflow(engine_->nodeOfSlot(s)).bytes;
+    return total;
+  }
   void applyHeldUpdate(Time t) {
     if (!held_ || t < held_->due) return;
     applyTrainerUpdate(held_->update, held_->values, held_->gradient, t);
@@ -516,6 +527,7 @@ class Runner {
     } else {
       engine_->onGradient(update.round, values, update.loss, stats, t, update.kind);
     }
+    samples_ += update.samples.value_or(static_cast<std::uint64_t>(cfg_.train.batchSize));
     if (update.accuracy || update.testLoss)
       telemetry_.onEvaluation(update.round, {update.testLoss.value_or(telemetry_.testLoss()),
                                              update.accuracy.value_or(telemetry_.accuracy())});
@@ -587,7 +599,10 @@ class Runner {
                              {"rejects", traffic.rejects()},
                              {"discarded", traffic.discards()},
                              {"checkpoint_failures", checkpoints_->failures()},
-                             {"sends", traffic.sendEvents()}});
+                             {"sends", traffic.sendEvents()},
+                             {"sent_bytes", traffic.bytesSent},
+                             {"received_bytes", bytesReceived()},
+                             {"samples", samples_}});
     publishStatus();
     worker_.reset();
     trainer_.reset();
@@ -612,6 +627,7 @@ class Runner {
 
   data::TrainTest data_;
   std::vector<std::size_t> histogram_;
+  std::uint64_t samples_ = 0;  // behind the updates taken (bytes per sample)
   struct LinkWatch {
     Duration lastTransfer{};
     int slowInARow = 0;

@@ -2,6 +2,16 @@
 
 namespace consensusd::daemon {
 
+namespace {
+
+// Bytes per round or per sample; null before the first.
+nlohmann::json perUnit(std::uint64_t bytes, std::uint64_t units) {
+  if (units == 0) return nullptr;
+  return static_cast<double>(bytes) / static_cast<double>(units);
+}
+
+}  // namespace
+
 nlohmann::json neighborsJson(const StatusSnapshot& status) {
   nlohmann::json list = nlohmann::json::array();
   for (const NeighborStatus& n : status.neighbors) {
@@ -17,6 +27,7 @@ nlohmann::json neighborsJson(const StatusSnapshot& status) {
                     {"rejected", n.rejected},
                     {"mixed", n.mixed},
                     {"received_bytes", n.receivedBytes},
+                    {"sent_bytes", n.sentBytes},
                     {"bytes_per_s", n.bytesPerSecond},
                     {"transfer_ms", n.transferMs}});
   }
@@ -52,6 +63,10 @@ nlohmann::json toJson(const StatusSnapshot& status) {
                         {"sends", status.sends},
                         {"connections_closed", status.connectionsClosed},
                         {"bytes_sent", status.bytesSent},
+                        {"bytes_received", status.bytesReceived},
+                        {"samples", status.samples},
+                        {"sent_bytes_per_round", perUnit(status.bytesSent, status.finishedRounds)},
+                        {"sent_bytes_per_sample", perUnit(status.bytesSent, status.samples)},
                         {"class_histogram", status.classHistogram},
                         {"neighbors", neighborsJson(status)}};
   if (status.trainer) {

@@ -270,9 +270,13 @@ std::string prometheusText(const StatusSnapshot& status) {
   metric("consensusd_sent_bytes_total", "counter",
          "Estimate payload handed to the network (compressed frames and whole estimates).",
          one(static_cast<double>(status.bytesSent)));
+  metric("consensusd_training_samples_total", "counter",
+         "Training samples behind the updates the node took (bytes per sample: sent / this).",
+         one(static_cast<double>(status.samples)));
   std::vector<std::pair<std::string, double>> received;
   std::vector<std::pair<std::string, double>> mixed;
   std::vector<std::pair<std::string, double>> bytes;
+  std::vector<std::pair<std::string, double>> sentTo;
   std::vector<std::pair<std::string, double>> rate;
   std::vector<std::pair<std::string, double>> transfer;
   for (const NeighborStatus& n : status.neighbors) {
@@ -281,11 +285,14 @@ std::string prometheusText(const StatusSnapshot& status) {
     received.emplace_back(neighbor + ",timing=\"late\"", static_cast<double>(n.late));
     mixed.emplace_back(neighbor, static_cast<double>(n.mixed));
     bytes.emplace_back(neighbor, static_cast<double>(n.receivedBytes));
+    sentTo.emplace_back(neighbor, static_cast<double>(n.sentBytes));
     rate.emplace_back(neighbor, n.bytesPerSecond);
     transfer.emplace_back(neighbor, n.transferMs / 1000);
   }
   metric("consensusd_received_bytes_total", "counter",
          "Estimate bytes received from a neighbour (every valid chunk).", bytes);
+  metric("consensusd_neighbor_sent_bytes_total", "counter",
+         "Estimate bytes sent to a neighbour (compressed frames and whole estimates).", sentTo);
   metric("consensusd_received_bytes_per_second", "gauge",
          "Estimate bytes per second from a neighbour, over the last second or more.", rate);
   metric("consensusd_estimate_transfer_seconds", "gauge",

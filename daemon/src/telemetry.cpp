@@ -16,7 +16,7 @@ void Telemetry::onEvaluation(std::int64_t round, const data::Evaluation& evaluat
   pendingEvaluation_ = {round, evaluation};
 }
 
-void Telemetry::onRecord(const consensus::RoundRecord& record, std::uint64_t sentBytes) {
+void Telemetry::onRecord(const consensus::RoundRecord& record, const Traffic& traffic) {
   owner_.check();
   ++finishedRounds_;
   lossEwma_ = finishedRounds_ == 1 ? record.loss : lossEwma_ + 0.05 * (record.loss - lossEwma_);
@@ -35,7 +35,9 @@ void Telemetry::onRecord(const consensus::RoundRecord& record, std::uint64_t sen
                          {"blocked_ms", ms(record.blocked)},
                          {"distance", record.consensusDistance},
                          {"skipped", record.skipped},
-                         {"sent_bytes", sentBytes}};
+                         {"sent_bytes", traffic.sentBytes},
+                         {"received_bytes", traffic.receivedBytes},
+                         {"samples", traffic.samples}};
   if (pendingEvaluation_ && pendingEvaluation_->first == record.round) {
     accuracy_ = pendingEvaluation_->second.accuracy;
     testLoss_ = pendingEvaluation_->second.loss;
@@ -79,6 +81,7 @@ void Telemetry::fill(StatusSnapshot& status) const {
   status.testLoss = testLoss_;
   status.consensusDistance = lastRecord_ ? lastRecord_->consensusDistance : 0;
   status.roundsPerSecond = rate_;
+  status.finishedRounds = finishedRounds_;
   status.history = history_;  // pointers: a snapshot every 50 ms copies no JSON
   status.cutoffs = cutoffs_;
 }

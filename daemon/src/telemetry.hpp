@@ -20,6 +20,13 @@
 
 namespace consensusd::daemon {
 
+// What a node moved and trained on so far.
+struct Traffic {
+  std::uint64_t sentBytes = 0;      // estimate payload sent (frames and whole estimates)
+  std::uint64_t receivedBytes = 0;  // estimate payload received
+  std::uint64_t samples = 0;        // training samples behind the updates taken
+};
+
 class Telemetry {
  public:
   static constexpr std::size_t kHistory = 200;  // round records kept for `history`
@@ -28,9 +35,8 @@ class Telemetry {
 
   // A test evaluation at round `round`'s parameters: reported with that round's record.
   void onEvaluation(std::int64_t round, const data::Evaluation& evaluation);
-  // `sentBytes`: the estimate bytes this node has sent so far (frames and
-  // whole estimates), in the round's line as `sent_bytes`.
-  void onRecord(const consensus::RoundRecord& record, std::uint64_t sentBytes = 0);
+  // `traffic`: what the node moved and trained on so far, in the round's line.
+  void onRecord(const consensus::RoundRecord& record, const Traffic& traffic = {});
   // The evaluation of the final parameters, for status and the summary.
   void setFinal(const data::Evaluation& evaluation);
   void writeSummary(const nlohmann::json& summary);
@@ -50,7 +56,7 @@ class Telemetry {
   std::unique_ptr<std::ofstream> metrics_;  // opened at the first line
   std::optional<std::pair<std::int64_t, data::Evaluation>> pendingEvaluation_;
   std::optional<consensus::RoundRecord> lastRecord_;
-  std::int64_t finishedRounds_ = 0;
+  std::uint64_t finishedRounds_ = 0;
   double lossEwma_ = 0;
   double accuracy_ = -1;
   double testLoss_ = -1;

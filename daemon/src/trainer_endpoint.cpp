@@ -33,6 +33,8 @@ std::optional<double> optionalNumber(const nlohmann::json& message, const char* 
   return it->get<double>();
 }
 
+constexpr double kMaxSamples = 1 << 30;  // per update: any real batch, never an overflow
+
 const char* dtypeName(wire::Dtype dtype) {
   return dtype == wire::Dtype::Float64 ? "float64" : "float32";
 }
@@ -387,6 +389,12 @@ std::optional<TrainerUpdate> TrainerEndpoint::handleMessage(const nlohmann::json
     reject("grad_variance must be finite and >= 0");
     return std::nullopt;
   }
+  // The training samples behind the update (for bytes per sample).
+  const std::optional<double> samples = optionalNumber(message, "samples");
+  if (samples && !(*samples >= 1 && *samples <= kMaxSamples && std::floor(*samples) == *samples)) {
+    reject("samples must be a whole number in [1, 2^30]");
+    return std::nullopt;
+  }
   TrainerUpdate update;
   update.round = round;
   update.kind = kind == "delta" ? consensus::UpdateKind::Delta : consensus::UpdateKind::Gradient;
@@ -397,6 +405,7 @@ std::optional<TrainerUpdate> TrainerEndpoint::handleMessage(const nlohmann::json
   update.values = slot(1);
   if (withGradient) update.gradient = slot(2);
   update.gradVariance = variance.value_or(0.0);
+  if (samples) update.samples = static_cast<std::uint64_t>(*samples);
   round_.reset();
   ++counts_.updates;
   updateMs_.push_back(std::chrono::duration<double, std::milli>(update.elapsed).count());

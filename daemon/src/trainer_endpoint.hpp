@@ -51,8 +51,9 @@ struct TrainerUpdate {
   std::optional<double> testLoss;                 // a test loss, >= 0
   std::chrono::steady_clock::duration elapsed{};  // from publish to this update
   std::span<const std::byte> values;
-  std::span<const std::byte> gradient;  // with a delta: the gradient at x_k (else empty)
-  double gradVariance = 0;              // tr Cov of per-sample gradients, if reported
+  std::span<const std::byte> gradient;   // with a delta: the gradient at x_k (else empty)
+  double gradVariance = 0;               // tr Cov of per-sample gradients, if reported
+  std::optional<std::uint64_t> samples;  // training samples behind it, if reported
 };
 
 class TrainerEndpoint {

@@ -321,6 +321,7 @@ bool Transport::sendChunk(Link& link, const Outgoing& out, std::size_t at, Time 
                referencing(out.owner, out.payload.subspan(at, bytes), unsent_)))
     return false;
   counters_.bytesSent += bytes;
+  counters_.sentTo[link.peer] += bytes;
   if (at + bytes == out.payload.size()) {
     link.sending.reset();
     link.usedUntil = now + options_.peerTimeout;

@@ -64,6 +64,7 @@ struct TrafficCounters {
   std::uint64_t connectionsClosed = 0;                // by peers or by ZeroMQ (oversized frames)
   std::map<std::size_t, std::uint64_t> rejectedFrom;  // per in-neighbour (topology index)
   std::uint64_t bytesSent = 0;                        // estimate payload handed to ZeroMQ
+  std::map<std::size_t, std::uint64_t> sentTo;        // the same per out-neighbour
 
   // Only the counts above zero, by name ("checksum", "stale", "deferred"...).
   std::map<std::string, std::uint64_t> rejects() const;

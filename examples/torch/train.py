@@ -136,7 +136,8 @@ def main():
             round_ += 1
         else:
             try:
-                optimizer.step(loss=loss.item(), accuracy=accuracy, test_loss=test_loss)
+                optimizer.step(loss=loss.item(), accuracy=accuracy, test_loss=test_loss,
+                               samples=len(batch))
             except consensusd.DaemonLost:
                 break  # the daemon reached train.rounds and stopped
             step = (step + 1) % args.local_steps

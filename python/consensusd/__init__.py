@@ -61,15 +61,17 @@ class Round:
         return self._node._update
 
     def submit(self, update, loss, kind="gradient", accuracy=None, test_loss=None,
-               gradient=None, grad_variance=None):
+               gradient=None, grad_variance=None, samples=None):
         """Hand back the update at x_k: a gradient (the daemon's optimizer steps) or a
         delta x_after - x_k (the trainer's own optimizer stepped); None: what the
         update slot holds. With a delta, `gradient` (the gradient at x_k the step
         came from) gives the dynamic wait policy its statistics. `accuracy` (in
         [0, 1]) and `test_loss`, when given, are shown as the node's test figures;
-        `grad_variance`: the trace of the per-sample gradients' covariance."""
+        `grad_variance`: the trace of the per-sample gradients' covariance;
+        `samples`: the training samples behind the update (the daemon counts
+        train.batch_size without it), for bytes per sample."""
         self._node._submit(self.index, update, loss, kind, accuracy, test_loss, gradient,
-                           grad_variance)
+                           grad_variance, samples)
 
 
 class Node:
@@ -153,7 +155,7 @@ class Node:
                 time.sleep(0.05)
 
     def _submit(self, index, update, loss, kind, accuracy, test_loss, gradient=None,
-                grad_variance=None):
+                grad_variance=None, samples=None):
         if update is not None:
             self._update[:] = self._flat(update, "update")
         message = {"type": "update", "round": int(index), "kind": kind, "loss": float(loss)}
@@ -166,6 +168,8 @@ class Node:
             message["accuracy"] = float(accuracy)
         if test_loss is not None:
             message["test_loss"] = float(test_loss)
+        if samples is not None:
+            message["samples"] = int(samples)
         try:
             self._send(message)
         except DaemonLost:

@@ -51,6 +51,7 @@ class Optimizer:
         self.optimizer = optimizer
         self.local_steps = int(local_steps)
         self._losses = []  # of this round's steps so far
+        self._samples = 0  # of this round's steps so far, as given
         self._gradient = None  # the round's first gradient, at x_k
         self._test = (None, None)  # the latest accuracy and test loss given this round
         self._params = [p for p in model.parameters() if p.requires_grad]
@@ -70,10 +71,13 @@ class Optimizer:
     def zero_grad(self, set_to_none=True):
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
-    def step(self, loss, accuracy=None, test_loss=None):
+    def step(self, loss, accuracy=None, test_loss=None, samples=None):
         """Steps the wrapped optimizer; after local_steps of them (one by default),
         hands the delta from x_k to the node and loads x_{k+1} into the model.
-        `accuracy` and `test_loss`: the model's test figures, when measured."""
+        `accuracy` and `test_loss`: the model's test figures, when measured;
+        `samples`: the batch's size, summed over the local steps for the
+        node's bytes per sample (without it the daemon counts train.batch_size
+        per round)."""
         if not self._losses:  # the gradient at x_k: the dynamic wait policy's statistics
             with torch.no_grad():
                 gradient = parameters_to_vector(
@@ -81,6 +85,8 @@ class Optimizer:
                 self._gradient = gradient.detach().cpu().numpy()
         self.optimizer.step()
         self._losses.append(float(loss))
+        if samples is not None:
+            self._samples += int(samples)
         if accuracy is not None or test_loss is not None:
             self._test = (accuracy, test_loss)
         if len(self._losses) < self.local_steps:
@@ -90,8 +96,10 @@ class Optimizer:
         delta = after.astype(np.float32) - self._x
         accuracy, test_loss = self._test
         self._round.submit(delta, loss=float(np.mean(self._losses)), kind="delta",
-                           accuracy=accuracy, test_loss=test_loss, gradient=self._gradient)
+                           accuracy=accuracy, test_loss=test_loss, gradient=self._gradient,
+                           samples=self._samples or None)
         self._losses = []
+        self._samples = 0
         self._test = (None, None)
         self._next_round()
 

@@ -326,7 +326,7 @@ TEST_CASE("consensusctl simulate: a CSV per policy and seed, and the summary tab
     std::getline(in, header);
     CHECK(header ==
           "time_s,mean_round,mean_loss,accuracy,min_accuracy,max_accuracy,consensus_distance,"
-          "mean_b,mean_m,cut_timeout,cut_deadline,sent_mb");
+          "mean_b,mean_m,cut_timeout,cut_deadline,sent_mb,bytes_per_sample");
   }
   std::ifstream summary(dir.path() + "/out/summary.csv");
   std::string header;

@@ -498,6 +498,20 @@ TEST_CASE(
     CHECK(status["rejects"].empty());
     Outcome outcome;
     outcome.bytesSent = status["bytes_sent"].get<double>() / status["round"].get<double>();
+    // Bytes by neighbour add up; per sample is per the updates taken (B = 32 each).
+    double sentTo = 0;
+    double receivedFrom = 0;
+    for (const json& n : status["neighbors"]) {
+      sentTo += n["sent_bytes"].get<double>();
+      receivedFrom += n["received_bytes"].get<double>();
+    }
+    CHECK(sentTo == status["bytes_sent"].get<double>());
+    CHECK(receivedFrom == status["bytes_received"].get<double>());
+    const auto samples = status["samples"].get<std::int64_t>();
+    CHECK(samples % 32 == 0);
+    CHECK(std::abs(samples / 32 - status["round"].get<std::int64_t>()) <= 1);
+    CHECK(status["sent_bytes_per_sample"].get<double>() ==
+          doctest::Approx(status["bytes_sent"].get<double>() / static_cast<double>(samples)));
     for (std::size_t i = 0; i < 4; ++i) REQUIRE(cluster.child(i).wait(120s) == 0);
     for (std::size_t i = 0; i < 4; ++i) {
       const std::vector<json> lines = metricsOf(cluster, i);
@@ -507,6 +521,10 @@ TEST_CASE(
       for (std::size_t k = 0; k + 1 < lines.size(); ++k) {
         INFO(lines[k].dump());
         CHECK(lines[k].value("responders", 0.0) == 2);
+        if (k > 0) {  // running totals
+          CHECK(lines[k]["received_bytes"] >= lines[k - 1]["received_bytes"]);
+          CHECK(lines[k]["samples"] > lines[k - 1]["samples"]);
+        }
       }
       outcome.accuracy += lines.back()["accuracy"].get<double>() / 4;
     }

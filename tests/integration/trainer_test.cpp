@@ -277,10 +277,12 @@ TEST_CASE("external trainers: local_steps=4, four Adam steps a round and one del
     const std::vector<double> truth{1.0, -2.0, 3.0, 0.5};
     for (std::size_t k = 0; k < 4; ++k) CHECK(weight[k] == doctest::Approx(truth[k]).epsilon(0.05));
   }
-  // The daemon saw 100 rounds, not 400.
+  // The daemon saw 100 rounds, not 400, of 4 x 32 samples each.
   const auto lines = linesOf(cluster.path("n0.jsonl"));
   REQUIRE(!lines.empty());
   CHECK(lines.back()["round"] == 100);
+  for (std::size_t k = 0; k + 1 < lines.size(); ++k)
+    CHECK(lines[k]["samples"] == 128 * (lines[k]["round"].get<std::int64_t>() + 1));
 }
 
 TEST_CASE("external trainers: a daemon killed under a running trainer, restarted, goes on") {

@@ -376,6 +376,12 @@ TEST_CASE(
   }
   CHECK(plain.bytesSent ==
         8 * (static_cast<std::uint64_t>(plain.nodeRounds[0]) + 1) * dimension * 4);
+  // Per training sample: a node's bytes over its rounds' B samples each.
+  const sim::Sample& last = plain.samples.back();
+  CHECK(last.sentBytesPerSample ==
+        doctest::Approx(last.sentBytesPerNode /
+                        (last.meanRound * static_cast<double>(setup.options.engine.batchSize))));
+  CHECK(last.sentBytesPerSample > 0);
 
   // Where the link sets the pace, int8's frames buy rounds: 20 ms an
   // estimate against 1 ms of compute, 6 ms a frame (25 bytes for 21 values).

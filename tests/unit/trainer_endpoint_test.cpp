@@ -257,6 +257,9 @@ TEST_CASE("trainer endpoint: fields of the wrong type or out of range are reject
            {"accuracy", -0.1},
            {"test_loss", -1.0},
            {"grad_variance", -1.0},
+           {"samples", 0},
+           {"samples", 2.5},
+           {"samples", 1e12},
            {"gradient", true}}) {  // a gradient beside a gradient: only a delta has one
     json message = base;
     message[key] = value;
@@ -272,7 +275,7 @@ TEST_CASE("trainer endpoint: fields of the wrong type or out of range are reject
   REQUIRE(::send(client.fd, line.data(), line.size(), MSG_NOSIGNAL) ==
           static_cast<ssize_t>(line.size()));
   CHECK(client.receive(endpoint)["type"] == "rejected");
-  CHECK(endpoint.status().rejectedUpdates == 10);
+  CHECK(endpoint.status().rejectedUpdates == 13);
 
   json good = base;
   good["test_loss"] = 0.4;
@@ -280,6 +283,7 @@ TEST_CASE("trainer endpoint: fields of the wrong type or out of range are reject
   good["kind"] = "delta";
   good["gradient"] = true;  // slot 2: the gradient at x_k
   good["grad_variance"] = 2.5;
+  good["samples"] = 128;
   client.region[2 * kDimension + 3] = std::numeric_limits<float>::infinity();
   client.send(good);
   CHECK(client.receive(endpoint) == json({{"type", "rejected"}, {"reason", "non_finite"}}));
@@ -290,6 +294,7 @@ TEST_CASE("trainer endpoint: fields of the wrong type or out of range are reject
   CHECK(update->testLoss == std::optional<double>(0.4));
   CHECK(update->accuracy == std::optional<double>(0.9));
   CHECK(update->gradVariance == 2.5);
+  CHECK(update->samples == std::optional<std::uint64_t>(128));
   REQUIRE(update->gradient.size() == kDimension * sizeof(float));
   CHECK(reinterpret_cast<const float*>(update->gradient.data())[3] == 7.0f);
   CHECK(endpoint.status().attached);

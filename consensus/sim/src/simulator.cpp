@@ -488,6 +488,8 @@ class Simulation {
     row.timeoutShare = static_cast<double>(timeouts_) / rounds;
     row.deadlineShare = static_cast<double>(deadlines_) / rounds;
     row.sentBytesPerNode = static_cast<double>(result_.bytesSent) / n;
+    const double samples = row.meanRound * static_cast<double>(options_.engine.batchSize);
+    row.sentBytesPerSample = samples > 0 ? row.sentBytesPerNode / samples : 0.0;
     backups_ = targets_ = 0;
     recorded_ = timeouts_ = deadlines_ = 0;
     result_.samples.push_back(row);

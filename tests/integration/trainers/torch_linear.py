@@ -32,7 +32,7 @@ def main():
             opt.zero_grad()
             loss = torch.nn.functional.mse_loss(model(inputs), targets)
             loss.backward()
-            opt.step(loss=loss.item())
+            opt.step(loss=loss.item(), samples=len(inputs))
             steps += 1
     except consensusd.DaemonError:
         print(json.dumps({"round": opt.round, "steps": steps, "weight": model.weight.data[0].tolist(),

@@ -31,6 +31,7 @@ struct NeighborStatus {
   std::uint64_t rejected = 0;
   std::uint64_t mixed = 0;
   std::uint64_t receivedBytes = 0;  // estimate payload from it
+  std::uint64_t sentBytes = 0;      // estimate payload to it (frames, keyframes)
   double bytesPerSecond = 0;        // over the last second or more
   // Its last estimate of several chunks, first chunk to last (0: none, or
   // estimates of one chunk).
@@ -85,6 +86,9 @@ struct StatusSnapshot {
   std::map<std::string, std::uint64_t> sends;
   std::uint64_t connectionsClosed = 0;      // by peers or by ZeroMQ (oversized frames)
   std::uint64_t bytesSent = 0;              // estimate payload (frames, keyframes) sent
+  std::uint64_t bytesReceived = 0;          // estimate payload from all neighbours
+  std::uint64_t samples = 0;                // training samples behind the updates taken
+  std::uint64_t finishedRounds = 0;         // rounds this process finished (for per round)
   std::vector<std::size_t> classHistogram;  // this node's training samples per class
   // Recent round records, shared with the node (a snapshot copies pointers).
   std::deque<std::shared_ptr<const nlohmann::json>> history;

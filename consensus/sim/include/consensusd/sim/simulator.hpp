@@ -92,6 +92,8 @@ struct Sample {
   double deadlineShare = 0;
   // Estimate bytes sent per node so far (frames, keyframes, whole estimates).
   double sentBytesPerNode = 0;
+  // The same per training sample (B per round; 0 before the first round).
+  double sentBytesPerSample = 0;
 };
 
 struct SimResult {
