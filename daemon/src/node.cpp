@@ -366,6 +366,8 @@ class Runner {
       n.stale = c.stale;
       n.duplicate = c.duplicate;
       n.mixed = c.mixed;
+      n.frameGaps = c.gap;
+      n.frameCorrupt = c.corrupt;
       n.rejected = traffic.rejectedFrom.at(node);
       const Inflow inflow = transport_->inflow(node);
       n.receivedBytes = inflow.bytes;

@@ -26,6 +26,8 @@ nlohmann::json neighborsJson(const StatusSnapshot& status) {
                     {"duplicate", n.duplicate},
                     {"rejected", n.rejected},
                     {"mixed", n.mixed},
+                    {"frame_gaps", n.frameGaps},
+                    {"frame_corrupt", n.frameCorrupt},
                     {"received_bytes", n.receivedBytes},
                     {"sent_bytes", n.sentBytes},
                     {"bytes_per_s", n.bytesPerSecond},

@@ -504,6 +504,8 @@ TEST_CASE(
     for (const json& n : status["neighbors"]) {
       sentTo += n["sent_bytes"].get<double>();
       receivedFrom += n["received_bytes"].get<double>();
+      CHECK(n["frame_gaps"] == 0);  // frames in step: no keyframe asked for
+      CHECK(n["frame_corrupt"] == 0);
     }
     CHECK(sentTo == status["bytes_sent"].get<double>());
     CHECK(receivedFrom == status["bytes_received"].get<double>());

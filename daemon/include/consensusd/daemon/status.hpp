@@ -30,6 +30,10 @@ struct NeighborStatus {
   std::uint64_t duplicate = 0;
   std::uint64_t rejected = 0;
   std::uint64_t mixed = 0;
+  // Compressed frames not applied (a keyframe was asked for): a gap in its
+  // sequence, or one that does not decode.
+  std::uint64_t frameGaps = 0;
+  std::uint64_t frameCorrupt = 0;
   std::uint64_t receivedBytes = 0;  // estimate payload from it
   std::uint64_t sentBytes = 0;      // estimate payload to it (frames, keyframes)
   double bytesPerSecond = 0;        // over the last second or more
