@@ -364,6 +364,8 @@ void Transport::keepAlive(std::int64_t round, Time now) {
     // before the next chunk, so this is still true when the HELLO leaves.
     wire::Header h = header(wire::Kind::Hello, round);
     h.flags = link.sending ? wire::kHelloSending : 0;
+    const auto held = heldFrom_.find(node);
+    h.base = held != heldFrom_.end() ? held->second : -1;
     queueControl(link, wire::encode(h), true);
     flush(link, now);
   }
@@ -651,13 +653,18 @@ void Transport::settle(const Inbound& message, consensus::Receipt receipt, Time 
     return;
   }
   ++counters_.accepted;
+  if (message.header.kind == wire::Kind::Estimate &&
+      (receipt == consensus::Receipt::Stored || receipt == consensus::Receipt::Duplicate)) {
+    const auto [held, fresh] = heldFrom_.try_emplace(message.from, message.header.round);
+    if (!fresh) held->second = std::max(held->second, message.header.round);
+  }
   if (receipt == consensus::Receipt::Stale)
     ++counters_.discarded[static_cast<std::size_t>(Discard::Stale)];
   if (receipt == consensus::Receipt::Duplicate)
     ++counters_.discarded[static_cast<std::size_t>(Discard::Duplicate)];
   welcome(message.from, now);
   if (message.header.kind == wire::Kind::Hello)
-    onKeepAliveRound(message.from, message.header.round, now);
+    onKeepAliveRound(message.from, message.header.round, message.header.base, now);
   if (message.header.kind == wire::Kind::Bye)
     spdlog::info("{} said goodbye", topology_.node(message.from).id);
 }
@@ -683,15 +690,20 @@ void Transport::resendTo(std::size_t peer, Time now) {
 }
 
 // A neighbour whose keep-alives report the same round twice in a row is
-// stuck; if our newest estimate is one it can use, it may have been lost
-// with a dropped connection: send it again (at most once per keep-alive).
-// In chunks, its READY says what it lacks instead (receiveReady).
-void Transport::onKeepAliveRound(std::size_t peer, std::int64_t round, Time now) {
+// stuck; if our newest estimate is one it can use and its keep-alive says it
+// does not hold it (`held`: the newest of ours it stored), it may have been
+// lost with a dropped connection: send it again (at most once per
+// keep-alive). A neighbour stuck on something else (its compute, a slow
+// trainer) holds it: nothing is resent. In chunks, its READY says what it
+// lacks instead (receiveReady).
+void Transport::onKeepAliveRound(std::size_t peer, std::int64_t round, std::int64_t held,
+                                 Time now) {
   const auto [previous, fresh] = helloRounds_.try_emplace(peer, round);
   if (fresh) return;
   const bool stuck = previous->second == round;
   previous->second = round;
-  if (stuck && !chunked_ && lastSent_ && lastSent_->round >= round - options_.staleness)
+  if (stuck && !chunked_ && lastSent_ && lastSent_->round >= round - options_.staleness &&
+      held < lastSent_->round)
     resendTo(peer, now);
 }
 

@@ -265,7 +265,8 @@ class Transport {
                   const std::string& detail = {});
   void welcome(std::size_t peer, consensus::Time now);
   void resendTo(std::size_t peer, consensus::Time now);
-  void onKeepAliveRound(std::size_t peer, std::int64_t round, consensus::Time now);
+  void onKeepAliveRound(std::size_t peer, std::int64_t round, std::int64_t held,
+                        consensus::Time now);
   void receiveEvents();
 
   OwnerThread owner_;
@@ -287,8 +288,11 @@ class Transport {
   std::map<std::uint32_t, std::size_t> peerBySender_;  // header sender -> in-neighbour
   std::map<std::size_t, consensus::Time> lastHeard_;
   std::map<std::size_t, std::int64_t> helloRounds_;  // last keep-alive round per neighbour
-  std::deque<Outgoing> delayed_;                     // held back by link_delay, oldest first
-  std::optional<Outgoing> lastSent_;                 // sent again to a neighbour that comes back
+  // The newest estimate stored of each in-neighbour, told back to it in our
+  // HELLOs (field `base`) so it resends only what we lack.
+  std::map<std::size_t, std::int64_t> heldFrom_;
+  std::deque<Outgoing> delayed_;      // held back by link_delay, oldest first
+  std::optional<Outgoing> lastSent_;  // sent again to a neighbour that comes back
   std::set<std::string> loggedRejects_;
   TrafficCounters counters_;
   std::mt19937_64 grants_;  // READY ids

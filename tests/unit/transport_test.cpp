@@ -503,6 +503,24 @@ TEST_CASE("transport: compressed, the copy goes whole first, then frames; RESYNC
     CHECK(m.header.round == 2);
     CHECK(m.header.dtype == wire::Dtype::Int8);
     CHECK(m.header.base == 1);
+    // b stays stuck on round 2 (its trainer is slow, say), but its HELLOs
+    // say it holds a's round 2: nothing goes again.
+    const auto helloAtA = [&] {
+      b.keepAlive(2, {});
+      auto hello = next({&a, &b}, a);
+      REQUIRE(std::holds_alternative<Inbound>(hello));
+      CHECK(std::get<Inbound>(hello).header.kind == wire::Kind::Hello);
+      a.settle(std::get<Inbound>(hello), consensus::Receipt::Stored, {});
+    };
+    const std::uint64_t sent = a.counters().bytesSent;
+    for (int k = 0; k < 3; ++k) helloAtA();
+    CHECK(a.counters().bytesSent == sent);
+    // a's round 3 left, but b has not stored it (lost, as far as a knows):
+    // b's next HELLO says it holds round 2, and a sends round 3 again.
+    const CompressedRound r3 = compressedRound(4.0f, kValues);
+    publishCompressed(a, 3, r3, 2);
+    helloAtA();
+    CHECK(a.counters().bytesSent == sent + 2 * frameBytes);
   }
 }
 
