@@ -653,8 +653,10 @@ void Transport::settle(const Inbound& message, consensus::Receipt receipt, Time 
     return;
   }
   ++counters_.accepted;
+  // Held (stale ones too: a compressed frame went into the copy all the same).
   if (message.header.kind == wire::Kind::Estimate &&
-      (receipt == consensus::Receipt::Stored || receipt == consensus::Receipt::Duplicate)) {
+      (receipt == consensus::Receipt::Stored || receipt == consensus::Receipt::Duplicate ||
+       receipt == consensus::Receipt::Stale)) {
     const auto [held, fresh] = heldFrom_.try_emplace(message.from, message.header.round);
     if (!fresh) held->second = std::max(held->second, message.header.round);
   }
