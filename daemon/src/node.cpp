@@ -411,7 +411,7 @@ class Runner {
       }
       if (auto result = worker_ ? worker_->take() : std::nullopt) {
         engine_->swapGradient(result->round, result->gradient, result->loss, result->stats, t);
-        if (cfg_.model.kind != "none") samples_ += static_cast<std::uint64_t>(cfg_.train.batchSize);
+        if (config::hasModel(cfg_)) samples_ += static_cast<std::uint64_t>(cfg_.train.batchSize);
         worker_->recycle(std::move(result->gradient));  // what the engine held: often none
         if (result->evaluation) telemetry_.onEvaluation(result->round, *result->evaluation);
       }

@@ -657,8 +657,8 @@ void Transport::settle(const Inbound& message, consensus::Receipt receipt, Time 
   if (message.header.kind == wire::Kind::Estimate &&
       (receipt == consensus::Receipt::Stored || receipt == consensus::Receipt::Duplicate ||
        receipt == consensus::Receipt::Stale)) {
-    const auto [held, fresh] = heldFrom_.try_emplace(message.from, message.header.round);
-    if (!fresh) held->second = std::max(held->second, message.header.round);
+    std::int64_t& held = heldFrom_.try_emplace(message.from, -1).first->second;
+    held = std::max(held, message.header.round);
   }
   if (receipt == consensus::Receipt::Stale)
     ++counters_.discarded[static_cast<std::size_t>(Discard::Stale)];
