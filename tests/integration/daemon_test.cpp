@@ -343,7 +343,10 @@ std::vector<json> metricsOf(const Cluster& cluster, std::size_t i) {
 TEST_CASE("traffic from outside the topology changes nothing: parameters match a clean run") {
   // With policy all, mix_round same and no skipping every round averages exactly
   // the neighbour's estimate of that round: two runs end with identical bytes.
-  // Long timeouts: n0 waits for n1 instead of marking it suspect.
+  // Long timeouts: n0 waits for n1 instead of marking it suspect. n0 is
+  // paused until its round-0 estimate is out: its connection to n1 comes up
+  // on a reconnect timer (up to 2 s), and a round 1 begun before then would
+  // replace the round-0 estimate waiting for it (only the newest is sent).
   const auto options =
       with(kFast, {"train.rounds=400", "consensus.policy=all", "consensus.mix_round=same",
                    "consensus.round_skipping=false", "checkpoint.every_rounds=0",
@@ -352,6 +355,7 @@ TEST_CASE("traffic from outside the topology changes nothing: parameters match a
     Cluster cluster(2, options);
     cluster.start(0);
     REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+    REQUIRE(ask(cluster, 0, {{"cmd", "pause"}})["ok"] == true);
     if (hostile) {
       const std::string endpoint = endpointOf(cluster, 0);
       // A well-formed estimate from a node that is not in the topology.
@@ -391,6 +395,12 @@ TEST_CASE("traffic from outside the topology changes nothing: parameters match a
       CHECK(seen);
     }
     cluster.start(1);
+    const auto estimateOut = [&] {
+      const json status = ask(cluster, 0, {{"cmd", "status"}});
+      return status["neighbors"][0].value("sent_bytes", 0) > 0;
+    };
+    REQUIRE(waitFor(estimateOut, 30s));
+    REQUIRE(ask(cluster, 0, {{"cmd", "resume"}})["ok"] == true);
     REQUIRE(cluster.child(0).wait(60s) == 0);
     REQUIRE(cluster.child(1).wait(10s) == 0);
     return readBytes(cluster.path("ckpt-n0/round-000000000400.ckpt"));
