@@ -243,3 +243,52 @@ TEST_CASE("compressed gossip: a node resumed from an older checkpoint sends its 
 }
 
 }  // namespace consensus_test
+
+namespace consensus_test {
+
+TEST_CASE("compressed gossip: a node far behind skips to its neighbours' round on their copies") {
+  EngineOptions options = compressed();
+  options.roundSkipping = true;
+  options.peerTimeout = seconds(600);  // n2 stays live while it hangs
+  Ring ring(options);
+  ring.round();
+  ring.round();
+  // n2 hangs in round 2 (its gradient does not come) while n0 and n1 run on.
+  ring.startAll();
+  ring.deliverAll();
+  for (std::size_t i = 0; i < 2; ++i) REQUIRE(ring.finish(i, ring.now));
+  for (int k = 0; k < 5; ++k) {
+    ring.now += ms(10);
+    std::vector<Engine::Start> starts;
+    for (std::size_t i = 0; i < 2; ++i) starts.push_back(*ring.nodes[i]->tryStart(ring.now));
+    for (std::size_t from = 0; from < 2; ++from)
+      for (const std::size_t to : {(from + 1) % 3, (from + 2) % 3})
+        CHECK(ring.deliver(from, to, starts[from]) == Receipt::Stored);
+    for (std::size_t i = 0; i < 2; ++i) REQUIRE(ring.finish(i, ring.now + seconds(10)));
+    ring.now += seconds(10);
+  }
+  CHECK(ring.nodes[0]->round() == 8);
+  const auto record = ring.finish(2, ring.now + ms(1));
+  REQUIRE(record);
+  CHECK(record->round == 2);
+  CHECK(record->skipped);
+  CHECK(record->nextRound == 7);
+  CHECK(record->responders.size() == 2);
+  // n2's next frame continues the copy its neighbours hold (of round 2): in
+  // step, nothing resent whole, and the three reach consensus again.
+  ring.now += seconds(10);
+  const auto caughtUp = ring.nodes[2]->tryStart(ring.now);
+  REQUIRE(caughtUp);
+  CHECK(caughtUp->round == 7);
+  CHECK(caughtUp->frame != nullptr);
+  CHECK(caughtUp->base == 2);
+  for (const std::size_t to : {std::size_t{0}, std::size_t{1}})
+    CHECK(ring.deliver(2, to, *caughtUp) == Receipt::Stale);  // they are at 8: into the copy
+  REQUIRE(ring.finish(2, ring.now + seconds(10)));
+  const double spread = ring.spread();
+  for (int k = 0; k < 30; ++k) ring.round();
+  for (const Receipt receipt : ring.receipts) CHECK(receipt == Receipt::Stored);
+  CHECK(ring.spread() < 1e-3 * spread);
+}
+
+}  // namespace consensus_test
