@@ -1,7 +1,9 @@
 #include "consensusd/config/load.hpp"
 
 #include <grp.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/un.h>
 
 #include <algorithm>
@@ -67,6 +69,27 @@ std::string suggestionFor(const std::string& section, const std::string& leaf) {
     message += ", did you mean '" + hint + "'?";
   }
   schema::fail(source, at, message, section + "." + leaf);
+}
+
+// Why the daemon could not make `folder` (none if it is one, or can be
+// made): its nearest existing ancestor must be a folder the daemon may
+// write in, on a real file system (not /proc or /sys).
+std::optional<std::string> cannotMakeFolder(const std::filesystem::path& folder) {
+  if (folder.empty()) return std::nullopt;
+  std::error_code error;
+  std::filesystem::path at = folder;
+  while (at.has_relative_path() && !std::filesystem::exists(at, error)) at = at.parent_path();
+  if (!std::filesystem::is_directory(at, error)) return "'" + at.string() + "' is not a folder";
+  if (at == folder) return std::nullopt;
+  struct statfs system {};
+  if (::statfs(at.c_str(), &system) == 0 &&
+      (system.f_type == PROC_SUPER_MAGIC || system.f_type == SYSFS_MAGIC))
+    return "cannot make folder '" + folder.string() + "' in '" + at.string() +
+           "', a kernel file system";
+  if (::access(at.c_str(), W_OK | X_OK) != 0)
+    return "cannot make folder '" + folder.string() + "' in '" + at.string() +
+           "': " + std::strerror(errno);
+  return std::nullopt;
 }
 
 [[noreturn]] void failAt(const Origins& origins, const std::string& path,
@@ -276,14 +299,21 @@ LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>&
                std::to_string(graph.size()) + " nodes, " + graph.node(0).id + ".." +
                graph.nodes().back().id + ")");
   }
+  // What the topology file says of this node is reported at its entry there.
+  const auto failInTopology = [&](const std::string& key, const std::string& message) {
+    throw InputError(config.topology.file, graph.node(*index).at, message,
+                     "nodes[" + std::to_string(*index) + "]." + key);
+  };
   // An ipc:// endpoint this node binds needs its folder: found here, not at bind time.
   const std::string bindAt =
       config.node.bind.empty() ? graph.node(*index).endpoint : config.node.bind;
   if (bindAt.rfind("ipc://", 0) == 0) {
     const fs::path socketFolder = fs::path(bindAt.substr(6)).parent_path();
     if (!socketFolder.empty() && !fs::is_directory(socketFolder, error)) {
-      failAt(origins, config.node.bind.empty() ? "node.id" : "node.bind",
-             "endpoint '" + bindAt + "': folder '" + socketFolder.string() + "' does not exist");
+      const std::string why =
+          "endpoint '" + bindAt + "': folder '" + socketFolder.string() + "' does not exist";
+      if (config.node.bind.empty()) failInTopology("endpoint", why);
+      failAt(origins, "node.bind", why);
     }
   }
   checkDegree(config, graph.inNeighbors(*index).size(), origins);
@@ -307,11 +337,14 @@ LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>&
                  "': its public key differs from the node's public_key in " + config.topology.file);
     }
   }
+  const bool statusFromTopology =
+      config.status.socket.empty() && !graph.node(*index).status.empty();
   if (config.status.socket.empty()) {
     const std::string& fromTopology = graph.node(*index).status;
     config.status.socket =
         fromTopology.empty() ? "/run/consensusd/" + config.node.id + ".sock" : fromTopology;
   }
+
   std::optional<std::uint32_t> trainerGroup;
   if (!config.trainer.group.empty()) {
     const group* entry = ::getgrnam(config.trainer.group.c_str());
@@ -339,6 +372,13 @@ LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>&
       failAt(origins, key,
              what + ": a Unix socket path has at most " +
                  std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");
+  }
+  // The daemon makes the status socket's folder if it is missing: one it
+  // cannot make is found here (78), not at bind time (69).
+  if (const auto why = cannotMakeFolder(fs::path(config.status.socket).parent_path())) {
+    const std::string message = "status socket '" + config.status.socket + "': " + *why;
+    if (statusFromTopology) failInTopology("status", message);
+    failAt(origins, "status.socket", message);
   }
   if (config.checkpoint.dir.empty())
     config.checkpoint.dir = "/var/lib/consensusd/" + config.node.id;

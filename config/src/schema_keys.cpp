@@ -282,7 +282,7 @@ std::vector<Key> makeKeys() {
       integer("consensus.staleness", CONSENSUSD_FIELD(consensus.staleness), 0, 1000,
               "s: estimates of round >= k - s are usable."),
       integer("consensus.max_lead", CONSENSUSD_FIELD(consensus.maxLead), 1, 100000,
-              "Never run more than this many rounds ahead of the newest live neighbour."),
+              "Never run more than this many rounds ahead of the slowest live neighbour."),
       flag("consensus.round_skipping", CONSENSUSD_FIELD(consensus.roundSkipping),
            "Jump to the neighbours' median round when they are far ahead."),
       integer("consensus.skip_ahead", CONSENSUSD_FIELD(consensus.skipAhead), 1, 100000,

@@ -248,7 +248,7 @@ class Runner {
     for (Command& command : board_.drain()) {
       nlohmann::json answer = {{"ok", true}};
       if (command.name == "stop") {
-        stopping_ = true;
+        stop("stop");
       } else if (command.name == "pause") {
         paused_ = true;
       } else if (command.name == "resume") {
@@ -299,12 +299,17 @@ class Runner {
     if (every > 0 && record.nextRound / every != record.round / every) trySaveCheckpoint();
     if (cfg_.train.rounds > 0 && engine_->round() >= cfg_.train.rounds) {
       spdlog::info("reached train.rounds = {}", cfg_.train.rounds);
-      stopping_ = true;
+      stop("rounds");
     }
     if (cfg_.train.untilAccuracy > 0 && telemetry_.accuracy() >= cfg_.train.untilAccuracy) {
       spdlog::info("reached train.until_accuracy = {}", cfg_.train.untilAccuracy);
-      stopping_ = true;
+      stop("accuracy");
     }
+  }
+  // Why training ends, for the trainer (the first reason given stands).
+  void stop(const char* reason) {
+    if (!stopping_) endReason_ = reason;
+    stopping_ = true;
   }
   bool mayStart() const { return !paused_ && !stopping_ && !awaitingTrainerInit_; }
   // The round's parameters are the engine's own buffer, shared (not
@@ -344,7 +349,7 @@ class Runner {
     status->degree = engine_->degree();
     status->uptimeS = std::chrono::duration<double>(Clock::now() - started_).count();
     status->paused = paused_;
-    telemetry_.fill(*status);
+    telemetry_.fill(*status, now());
     checkpoints_->fill(*status);
     const TrafficCounters& traffic = transport_->counters();
     for (std::size_t s = 0; s < engine_->degree(); ++s) {
@@ -431,16 +436,17 @@ class Runner {
         spdlog::info("round {}  loss {:.4f}  test acc {}  m {}/{}  {:.1f} rounds/s",
                      engine_->round(), telemetry_.loss(),
                      accuracy < 0 ? std::string("-") : fmt::format("{:.4f}", accuracy),
-                     engine_->decision().count, engine_->degree(), telemetry_.roundsPerSecond());
+                     engine_->decision().count, engine_->degree(), telemetry_.roundsPerSecond(t));
         nextProgress = t + progressEvery;
         service_.status(fmt::format("round {}, loss {:.4f}, {:.1f} rounds/s", engine_->round(),
-                                    telemetry_.loss(), telemetry_.roundsPerSecond()));
+                                    telemetry_.loss(), telemetry_.roundsPerSecond(t)));
         publishStatus();
       }
       if (t >= statusRefresh_) publishStatus();  // counters move while no round completes
       if (cfg_.train.maxTimeS > 0 &&
           std::chrono::duration<double>(Clock::now() - started_).count() >= cfg_.train.maxTimeS) {
         spdlog::info("reached train.max_time_s = {}", cfg_.train.maxTimeS);
+        stop("time");
         break;
       }
       Time wake = std::min({nextHello, nextProgress, statusRefresh_});
@@ -472,7 +478,7 @@ class Runner {
       signalfd_siginfo info{};
       [[maybe_unused]] const ssize_t n = ::read(signalFd_, &info, sizeof info);
       spdlog::info("{}: stopping", info.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM");
-      stopping_ = true;
+      stop("signal");
     }
     if (items[2].revents & ZMQ_POLLIN) drainFd(wakeFd_);
   }
@@ -607,6 +613,7 @@ class Runner {
                              {"samples", samples_}});
     publishStatus();
     worker_.reset();
+    if (trainer_) trainer_->end(engine_->round(), bytesOf(engine_->params()), endReason_);
     trainer_.reset();
     const std::string rejects = nlohmann::json(traffic.rejects()).dump();
     transport_.reset();
@@ -659,6 +666,7 @@ class Runner {
   Time statusRefresh_{};        // and at least every kStatusRefresh
   bool finishedRound_ = false;  // in the current step
   bool stopping_ = false;
+  std::string endReason_ = "stop";  // rounds, accuracy, time, stop or signal
   bool paused_ = false;
 };
 

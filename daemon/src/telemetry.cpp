@@ -48,12 +48,19 @@ void Telemetry::onRecord(const consensus::RoundRecord& record, const Traffic& tr
   write(line);
   history_.push_back(std::make_shared<const nlohmann::json>(std::move(line)));
   while (history_.size() > kHistory) history_.pop_front();
-  // Rounds per second over the history window (skips count as rounds).
+}
+
+double Telemetry::roundsPerSecond(consensus::Time now) const {
+  owner_.check();
+  if (history_.empty()) return 0.0;
+  // Skips count as rounds.
   const nlohmann::json& first = *history_.front();
   const nlohmann::json& last = *history_.back();
-  const double span = last["t"].get<double>() - first["t"].get<double>();
+  const double until =
+      std::max(last["t"].get<double>(), std::chrono::duration<double>(now).count());
+  const double span = until - first["t"].get<double>();
   const auto rounds = last["next"].get<std::int64_t>() - first["next"].get<std::int64_t>();
-  rate_ = span > 0 ? static_cast<double>(rounds) / span : 0.0;
+  return span > 0 ? static_cast<double>(rounds) / span : 0.0;
 }
 
 void Telemetry::setFinal(const data::Evaluation& evaluation) {
@@ -73,14 +80,14 @@ void Telemetry::write(const nlohmann::json& line) {
   *metrics_ << line.dump() << '\n';
 }
 
-void Telemetry::fill(StatusSnapshot& status) const {
+void Telemetry::fill(StatusSnapshot& status, consensus::Time now) const {
   owner_.check();
   status.responders = lastRecord_ ? lastRecord_->responders.size() : 0;
   status.loss = lossEwma_;
   status.accuracy = accuracy_;
   status.testLoss = testLoss_;
   status.consensusDistance = lastRecord_ ? lastRecord_->consensusDistance : 0;
-  status.roundsPerSecond = rate_;
+  status.roundsPerSecond = roundsPerSecond(now);
   status.finishedRounds = finishedRounds_;
   status.history = history_;  // pointers: a snapshot every 50 ms copies no JSON
   status.cutoffs = cutoffs_;

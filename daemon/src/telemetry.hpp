@@ -44,9 +44,11 @@ class Telemetry {
   double loss() const { return lossEwma_; }      // EWMA of minibatch losses
   double accuracy() const { return accuracy_; }  // -1 before the first evaluation
   double testLoss() const { return testLoss_; }
-  double roundsPerSecond() const { return rate_; }
+  // Rounds per second over the history window, up to `now`: a node that
+  // stalls sees it fall instead of keeping its last value.
+  double roundsPerSecond(consensus::Time now) const;
   // The training fields of a status snapshot: loss, accuracy, rate, history...
-  void fill(StatusSnapshot& status) const;
+  void fill(StatusSnapshot& status, consensus::Time now) const;
 
  private:
   void write(const nlohmann::json& line);
@@ -60,7 +62,6 @@ class Telemetry {
   double lossEwma_ = 0;
   double accuracy_ = -1;
   double testLoss_ = -1;
-  double rate_ = 0;
   std::deque<std::shared_ptr<const nlohmann::json>> history_;
   std::map<std::string, std::uint64_t> cutoffs_;  // rounds ended, by cut-off reason
 };

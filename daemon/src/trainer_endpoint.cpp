@@ -13,6 +13,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <vector>
 
 #include "consensusd/daemon/status_server.hpp"
 
@@ -34,6 +35,22 @@ std::optional<double> optionalNumber(const nlohmann::json& message, const char* 
 }
 
 constexpr double kMaxSamples = 1 << 30;  // per update: any real batch, never an overflow
+
+// Whether the process behind `fd` has `group`, as its primary group or one
+// of its supplementary groups (a user added with `usermod -aG`).
+bool peerInGroup(int fd, gid_t primary, gid_t group) {
+  if (primary == group) return true;
+  std::vector<gid_t> groups(64);
+  for (;;) {
+    auto length = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &length) == 0) {
+      groups.resize(length / sizeof(gid_t));
+      return std::find(groups.begin(), groups.end(), group) != groups.end();
+    }
+    if (errno != ERANGE || length / sizeof(gid_t) <= groups.size()) return false;
+    groups.resize(length / sizeof(gid_t));  // the length it needs
+  }
+}
 
 const char* dtypeName(wire::Dtype dtype) {
   return dtype == wire::Dtype::Float64 ? "float64" : "float32";
@@ -64,12 +81,22 @@ TrainerEndpoint::TrainerEndpoint(TrainerOptions options) : options_(std::move(op
     ::close(listenFd_);
     throw Unavailable("cannot bind trainer socket " + path + ": " + why);
   }
+  // The group's members reach it through the file's group permission.
+  if (options_.group && ::chown(path.c_str(), static_cast<uid_t>(-1), *options_.group) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(listenFd_);
+    ::unlink(path.c_str());
+    throw Unavailable("cannot give trainer socket " + path + " to group " +
+                      std::to_string(*options_.group) + " (trainer.group): " + why +
+                      "; the daemon's user must be a member");
+  }
   if (shape()) {
     createRegion();
     spdlog::info("trainer socket {} ({} parameters, {})", path, options_.dimension,
                  dtypeName(*options_.dtype));
   } else {
-    spdlog::info("trainer socket {}: the first trainer's parameters decide the node's", path);
+    spdlog::info("trainer socket {}: the node trains as many parameters as its first trainer has",
+                 path);
   }
 }
 
@@ -116,6 +143,14 @@ void TrainerEndpoint::publish(std::int64_t round, std::span<const std::byte> par
   announced_ = false;
   publishedAt_ = std::chrono::steady_clock::now();
   announce();
+}
+
+void TrainerEndpoint::end(std::int64_t round, std::span<const std::byte> params,
+                          const std::string& reason) {
+  owner_.check();
+  if (trainerFd_ < 0 || !welcomed_ || holdWelcome_) return;
+  std::memcpy(slot(0).data(), params.data(), std::min(params.size(), slotBytes_));
+  send(nlohmann::json({{"type", "end"}, {"round", round}, {"reason", reason}}).dump());
 }
 
 std::optional<std::vector<std::byte>> TrainerEndpoint::takeInitialParams() {
@@ -198,17 +233,19 @@ void TrainerEndpoint::accept() {
   ucred peer{};
   socklen_t length = sizeof peer;
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) {
-    refuse(fd, "cannot read the peer's credentials");
+    refuse(fd, 0, "cannot read the peer's credentials");
     return;
   }
-  const bool allowed = peer.uid == ::geteuid() || (options_.group && peer.gid == *options_.group);
+  const bool allowed =
+      peer.uid == ::geteuid() || (options_.group && peerInGroup(fd, peer.gid, *options_.group));
   if (!allowed) {
-    refuse(fd, "uid " + std::to_string(peer.uid) +
-                   " may not attach: only the daemon's user or trainer.group");
+    refuse(fd, peer.pid,
+           "uid " + std::to_string(peer.uid) +
+               " may not attach: only the daemon's user or trainer.group");
     return;
   }
   if (trainerFd_ >= 0) {
-    refuse(fd, "another trainer (pid " + std::to_string(trainerPid_) + ") is attached");
+    refuse(fd, peer.pid, "another trainer (pid " + std::to_string(trainerPid_) + ") is attached");
     return;
   }
   trainerFd_ = fd;
@@ -217,17 +254,17 @@ void TrainerEndpoint::accept() {
   input_.clear();
 }
 
-void TrainerEndpoint::refuse(int fd, const std::string& why) {
+void TrainerEndpoint::refuse(int fd, pid_t pid, const std::string& why) {
   ++counts_.refused;
-  spdlog::warn("trainer refused: {}", why);
+  spdlog::warn("trainer (pid {}) refused: {}", pid, why);
   const std::string line = nlohmann::json({{"type", "error"}, {"message", why}}).dump() + "\n";
   [[maybe_unused]] const ssize_t n = ::send(fd, line.data(), line.size(), MSG_NOSIGNAL);
   ::close(fd);
 }
 
-void TrainerEndpoint::detach(const std::string& why) {
+void TrainerEndpoint::detach(const std::string& why, const char* verb) {
   if (trainerFd_ < 0) return;
-  spdlog::warn("trainer (pid {}) detached: {}", trainerPid_, why);
+  spdlog::warn("trainer (pid {}) {}: {}", trainerPid_, verb, why);
   ::close(trainerFd_);
   trainerFd_ = -1;
   trainerPid_ = 0;
@@ -273,9 +310,8 @@ bool TrainerEndpoint::finite(std::span<const std::byte> values) const {
 // message (or, before the hello, the end of the connection), never an
 // exception out of the engine loop.
 std::optional<TrainerUpdate> TrainerEndpoint::handle(const std::string& line) {
-  const nlohmann::json message = nlohmann::json::parse(line, nullptr, false);
   try {
-    return handleMessage(message);
+    return handleMessage(nlohmann::json::parse(line));  // not JSON: the parser's words
   } catch (const nlohmann::json::exception& e) {
     if (!welcomed_)
       detach(std::string("a malformed hello: ") + e.what());
@@ -315,7 +351,7 @@ std::optional<TrainerUpdate> TrainerEndpoint::handleMessage(const nlohmann::json
         options_ = configured;
         ++counts_.refused;
         send(nlohmann::json({{"type", "error"}, {"message", e.what()}}).dump());
-        detach(e.what());
+        detach(e.what(), "refused");
         return std::nullopt;
       }
       spdlog::info("the node trains {} {} parameters, as its first trainer (pid {})",
@@ -330,7 +366,7 @@ std::optional<TrainerUpdate> TrainerEndpoint::handleMessage(const nlohmann::json
                               std::to_string(dimension) + " " + dtype;
       ++counts_.refused;
       send(nlohmann::json({{"type", "error"}, {"message", why}}).dump());
-      detach(why);
+      detach(why, "refused");
       return std::nullopt;
     }
     welcomed_ = true;
@@ -423,7 +459,8 @@ TrainerStatus TrainerEndpoint::status() const {
                           static_cast<double>(updateMs_.size());
     std::vector<double> sorted(updateMs_.begin(), updateMs_.end());
     std::sort(sorted.begin(), sorted.end());
-    status.p95UpdateMs = sorted[(sorted.size() - 1) * 95 / 100];
+    // Nearest rank: the smallest value with 95% of them at or below it.
+    status.p95UpdateMs = sorted[(sorted.size() * 95 + 99) / 100 - 1];
   }
   return status;
 }

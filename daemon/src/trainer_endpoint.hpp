@@ -71,6 +71,10 @@ class TrainerEndpoint {
   // The parameters a trainer offered on a fresh start (its own seeded
   // initialisation), taken once; none if it offered none.
   std::optional<std::vector<std::byte>> takeInitialParams();
+  // Training is over: the node's final parameters (x after its last round)
+  // go into the x slot and the trainer is told why (`reason`: rounds,
+  // accuracy, time, stop, signal) before the socket closes.
+  void end(std::int64_t round, std::span<const std::byte> params, const std::string& reason);
   // A fresh start waits for the first trainer's initialisation.
   void expectInitialParams() { wantInit_ = true; }
   // The shape, once known: from the options, or (auto) from the first
@@ -89,8 +93,9 @@ class TrainerEndpoint {
   void accept();
   // The attached trainer's lines, read and handled; its end detaches it.
   std::optional<TrainerUpdate> read();
-  void refuse(int fd, const std::string& why);
-  void detach(const std::string& why);
+  // A connection turned away (counted as refused), or the attached trainer's end.
+  void refuse(int fd, pid_t pid, const std::string& why);
+  void detach(const std::string& why, const char* verb = "detached");
   std::optional<TrainerUpdate> handle(const std::string& line);
   std::optional<TrainerUpdate> handleMessage(const nlohmann::json& message);
   void reject(const std::string& reason);

@@ -135,11 +135,11 @@ def main():
             optimizer.step()
             round_ += 1
         else:
-            try:
-                optimizer.step(loss=loss.item(), accuracy=accuracy, test_loss=test_loss,
-                               samples=len(batch))
-            except consensusd.DaemonLost:
-                break  # the daemon reached train.rounds and stopped
+            if not optimizer.step(loss=loss.item(), accuracy=accuracy, test_loss=test_loss,
+                                  samples=len(batch)):
+                print(f"the node finished training ({optimizer.finished}) at "
+                      f"{time.monotonic() - start:.1f} s", flush=True)
+                break  # the model holds the node's final parameters
             step = (step + 1) % args.local_steps
             round_ = optimizer.round
     if args.single:

@@ -12,12 +12,15 @@ round costs two short JSON lines, not a copy of the model:
             x = round.params                  # numpy view of x_k (read only)
             g, loss = compute_gradient(x)
             round.submit(g, loss=loss)        # or kind="delta": x_after - x_k
+        print(node.finished)                  # why the node stopped: "rounds", ...
+        final = node.params                   # the node's final parameters
 
 Pure Python: numpy only (torch is optional, see consensusd.torch).
 """
 
 import array
 import json
+import math
 import mmap
 import os
 import socket
@@ -25,7 +28,8 @@ import time
 
 import numpy as np
 
-__all__ = ["attach", "Node", "Round", "DaemonError", "DaemonLost", "UpdateRejected"]
+__all__ = ["attach", "Node", "Round", "DaemonError", "DaemonLost", "UpdateRejected",
+           "TrainingFinished"]
 
 _DTYPES = {"float32": np.float32, "float64": np.float64}
 
@@ -39,7 +43,17 @@ class DaemonLost(DaemonError):
 
 
 class UpdateRejected(RuntimeError):
-    """The daemon rejected an update (NaN/Inf, wrong round or kind); nothing was applied."""
+    """The update was rejected (NaN/Inf, wrong round or kind; by the daemon, or here for a
+    figure JSON cannot carry); nothing was applied. The round stays open: submit again."""
+
+
+class TrainingFinished(Exception):
+    """The node has finished training (`reason`: rounds, accuracy, time, stop or signal):
+    raised when a trainer asks for more after the end (see Node.finished)."""
+
+    def __init__(self, reason):
+        super().__init__("the node finished training (%s)" % reason)
+        self.reason = reason
 
 
 class Round:
@@ -69,7 +83,11 @@ class Round:
         [0, 1]) and `test_loss`, when given, are shown as the node's test figures;
         `grad_variance`: the trace of the per-sample gradients' covariance;
         `samples`: the training samples behind the update (the daemon counts
-        train.batch_size without it), for bytes per sample."""
+        train.batch_size without it), for bytes per sample.
+
+        Returns once the daemon took the update. Raises UpdateRejected if it did
+        not (or, before sending, if `loss`, `accuracy`, `test_loss` or
+        `grad_variance` is not finite): the round stays open, submit again."""
         self._node._submit(self.index, update, loss, kind, accuracy, test_loss, gradient,
                            grad_variance, samples)
 
@@ -83,13 +101,23 @@ class Node:
             raise ValueError("dtype must be float32 or float64, not %r" % dtype)
         self.dimension = int(dimension)
         self.dtype = dtype
+        self.finished = None  # why the node stopped training, once it has
         self._path = path
         self._init = init
         self._timeout = timeout
         self._reconnect = reconnect
         self._sock = None
         self._region = None
-        self._reattach()
+        self._params = self._update = self._gradient = None
+        self._next = None  # the daemon's next round or end, read ahead by submit()
+        self._open = None  # the round given and not yet taken
+        self._reattach(first=True)
+
+    @property
+    def params(self):
+        """The parameters the daemon last put in the shared region: x_k during a round,
+        the node's final parameters once it finished (a copy; None without a region)."""
+        return None if self._params is None else np.array(self._params)
 
     def _attach(self):
         self._sock = _connect(self._path, self._timeout)
@@ -122,9 +150,32 @@ class Node:
         self._params.flags.writeable = False
 
     def rounds(self):
-        """Yields each round the daemon gives this trainer. When the daemon goes away:
-        with reconnect=True, attaches again (retrying up to `timeout` seconds) and
-        goes on at the round the daemon resumed; else raises DaemonLost."""
+        """Yields each round the daemon gives this trainer, and ends when the node
+        finishes training (`finished` then says why, `params` holds the node's final
+        parameters). When the daemon goes away without saying so, or stops on a
+        signal (it may be restarting): with reconnect=True, attaches again (retrying
+        up to `timeout` seconds) and goes on at the round the daemon resumed, else
+        raises DaemonLost; a daemon that stopped on a signal and does not come back
+        within `timeout` ends the loop. Each round must be submitted (and taken)
+        before the next is asked for."""
+        while True:
+            if self._open is not None:
+                raise RuntimeError("round %d was not taken: submit an update for it first "
+                                   "(the daemon waits for one)" % self._open)
+            if self.finished is not None:
+                return
+            event = self._next or self._await()
+            self._next = None
+            if event["type"] == "rejected":  # our initial parameters (NaN/Inf)
+                raise UpdateRejected(event.get("reason", "rejected"))
+            if event["type"] == "end":
+                self.finished = event.get("reason", "stop")
+                return
+            self._open = event["round"]
+            yield Round(self, event["round"])
+
+    def _await(self):
+        """The daemon's next round, end or rejection, attaching again if it went away."""
         while True:
             try:
                 message = self._receive()
@@ -134,16 +185,26 @@ class Node:
                 self._reattach()
                 continue
             kind = message.get("type")
-            if kind == "round":
-                yield Round(self, message["round"])
-            elif kind == "rejected":
-                raise UpdateRejected(message.get("reason", "rejected"))
+            if kind == "end" and message.get("reason") == "signal" and self._reconnect:
+                # Stopped by a signal: maybe for a restart. Back within the
+                # timeout, it goes on; else this is the end it said.
+                final = self.params
+                try:
+                    self._reattach()
+                except DaemonLost:
+                    self._params = final
+                    return message
+                continue
+            if kind in ("round", "end", "rejected"):
+                return message
 
-    def _reattach(self):
+    def _reattach(self, first=False):
         """Attaches (again, after the daemon went away). A connection can be lost
         while it is made (a dying daemon's socket still takes it, then resets it):
-        try again until `timeout`; a refusal (DaemonError) ends it."""
+        try again until `timeout`; a refusal (DaemonError) ends it. A daemon not
+        back by then is lost (DaemonLost); at first, not reachable (DaemonError)."""
         deadline = time.monotonic() + self._timeout
+        self._open = None  # a round given by a daemon that went away is gone with it
         while True:
             self._detach()
             try:
@@ -153,9 +214,22 @@ class Node:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
+            except _Unreachable as e:
+                if first:
+                    raise DaemonError(str(e)) from None
+                raise DaemonLost(str(e)) from None
 
     def _submit(self, index, update, loss, kind, accuracy, test_loss, gradient=None,
                 grad_variance=None, samples=None):
+        if self._open != index:
+            raise UpdateRejected("round %d is not the round given (%s)" % (
+                index, "none is open" if self._open is None else self._open))
+        figures = {"loss": loss, "accuracy": accuracy, "test_loss": test_loss,
+                   "grad_variance": grad_variance}
+        for name, value in figures.items():
+            if value is not None and not math.isfinite(float(value)):
+                raise UpdateRejected("`%s` is not finite (%r): JSON cannot carry it" %
+                                     (name, value))
         if update is not None:
             self._update[:] = self._flat(update, "update")
         message = {"type": "update", "round": int(index), "kind": kind, "loss": float(loss)}
@@ -173,9 +247,15 @@ class Node:
         try:
             self._send(message)
         except DaemonLost:
-            if not self._reconnect:
-                raise
-            # The round is lost with the daemon; rounds() attaches again.
+            pass  # gone: what it said before (its end?) is still to be read, below
+        # The daemon answers a rejection at once; else its next round (or end)
+        # comes when this round is over: read ahead for rounds(). A daemon gone
+        # meanwhile: see rounds().
+        event = self._await()
+        if event["type"] == "rejected":
+            raise UpdateRejected(event.get("reason", "rejected"))
+        self._open = None
+        self._next = event
 
     def _flat(self, values, name):
         """`values` as one flat vector of the node's dimension."""
@@ -185,8 +265,12 @@ class Node:
                              (name, values.size, self.dimension))
         return values
 
-    def _detach(self):
-        self._params = self._update = self._gradient = None
+    def _detach(self, keep_params=False):
+        if keep_params and self._params is not None:
+            self._params = np.array(self._params)  # the final parameters outlive the region
+        elif not keep_params:
+            self._params = None
+        self._update = self._gradient = None
         if self._region is not None:
             try:
                 self._region.close()
@@ -198,7 +282,7 @@ class Node:
             self._sock = None
 
     def close(self):
-        self._detach()
+        self._detach(keep_params=self.finished is not None)
 
     def __enter__(self):
         return self
@@ -245,9 +329,13 @@ def _connect(path, timeout):
         except OSError as e:
             sock.close()
             if time.monotonic() + delay > deadline:
-                raise DaemonError("cannot reach the daemon at %s: %s" % (path, e)) from e
+                raise _Unreachable("cannot reach the daemon at %s: %s" % (path, e)) from e
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+
+class _Unreachable(Exception):
+    """No daemon listens at the socket (yet, or any more)."""
 
 
 def _close_fds(fds):

@@ -9,7 +9,8 @@ Wrap the optimizer you already use; the training loop stays as it is:
         opt.zero_grad()
         loss = criterion(model(inputs), labels)
         loss.backward()
-        opt.step(loss=loss.item())
+        if not opt.step(loss=loss.item()):
+            break                 # the node finished training: opt.finished says why
 
 Each step() is one round of the node: the forward and backward ran at the
 node's x_k (loaded into the model's parameters before), the wrapped
@@ -23,6 +24,12 @@ With local_steps=H, a round is H steps of the wrapped optimizer from x_k
 the daemon: H times fewer exchanges for the same samples, as DiLoCo's
 inner steps (docs/trainers.md, "Local steps and an outer step"). The gradient handed with it
 is the first step's, at x_k; the loss, the mean of the H steps'.
+
+When the node finishes training (train.rounds, consensusctl stop, ...),
+step() returns False and the model holds the node's final parameters; a
+step() after that raises consensusd.TrainingFinished. An update the daemon
+rejects raises consensusd.UpdateRejected from step(), with the model back
+at x_k: the next step()s compute the round again.
 
 The model's parameters at construction are the node's x_0 on a fresh start:
 seed the model's initialisation alike on every node. On a resumed node the
@@ -65,8 +72,14 @@ class Optimizer:
 
     @property
     def round(self):
-        """The node's round the model's parameters are at."""
-        return self._round.index
+        """The node's round the model's parameters are at (None once finished)."""
+        return None if self._round is None else self._round.index
+
+    @property
+    def finished(self):
+        """Why the node stopped training (rounds, accuracy, time, stop, signal); None
+        while it trains."""
+        return self._node.finished
 
     def zero_grad(self, set_to_none=True):
         self.optimizer.zero_grad(set_to_none=set_to_none)
@@ -77,7 +90,11 @@ class Optimizer:
         `accuracy` and `test_loss`: the model's test figures, when measured;
         `samples`: the batch's size, summed over the local steps for the
         node's bytes per sample (without it the daemon counts train.batch_size
-        per round)."""
+        per round). Returns True while the node trains on (the model holds the next
+        round's parameters, or this round's after a local step), False once it has
+        finished (the model holds its final parameters)."""
+        if self._round is None:
+            raise consensusd.TrainingFinished(self.finished)
         if not self._losses:  # the gradient at x_k: the dynamic wait policy's statistics
             with torch.no_grad():
                 gradient = parameters_to_vector(
@@ -90,18 +107,23 @@ class Optimizer:
         if accuracy is not None or test_loss is not None:
             self._test = (accuracy, test_loss)
         if len(self._losses) < self.local_steps:
-            return
+            return True
         with torch.no_grad():
             after = parameters_to_vector(self._params).detach().cpu().numpy()
         delta = after.astype(np.float32) - self._x
         accuracy, test_loss = self._test
-        self._round.submit(delta, loss=float(np.mean(self._losses)), kind="delta",
-                           accuracy=accuracy, test_loss=test_loss, gradient=self._gradient,
-                           samples=self._samples or None)
+        losses, samples = self._losses, self._samples
         self._losses = []
         self._samples = 0
         self._test = (None, None)
-        self._next_round()
+        try:
+            self._round.submit(delta, loss=float(np.mean(losses)), kind="delta",
+                               accuracy=accuracy, test_loss=test_loss, gradient=self._gradient,
+                               samples=samples or None)
+        except consensusd.UpdateRejected:
+            self._load(self._x)  # the round again, from x_k
+            raise
+        return self._next_round()
 
     def state_dict(self):
         return self.optimizer.state_dict()
@@ -113,13 +135,23 @@ class Optimizer:
         self._node.close()
 
     def _next_round(self):
+        """Loads the next round's x_k into the model; at the end, the node's final
+        parameters (and False)."""
         try:
             self._round = next(self._rounds)
         except StopIteration:
-            raise consensusd.DaemonError("the daemon stopped giving rounds") from None
+            self._round = None
+            final = self._node.params
+            if final is not None:
+                self._load(np.asarray(final, dtype=np.float32))
+            return False
         self._x = np.array(self._round.params, dtype=np.float32)  # x_k, ours to keep
+        self._load(self._x)
+        return True
+
+    def _load(self, x):
         # A copy: the parameters take the tensor's storage, and the optimizer
         # steps them in place; self._x must stay x_k.
         device = self._params[0].device
         with torch.no_grad():
-            vector_to_parameters(torch.tensor(self._x, device=device), self._params)
+            vector_to_parameters(torch.tensor(x, device=device), self._params)

@@ -257,9 +257,9 @@ TEST_CASE("consensusd exit codes: 65 for a bad data file, 78 for an endpoint, 69
     const ProcessResult ipc =
         daemon({"--config", config("{dataset: synthetic-logistic}"), "--check"});
     CHECK(ipc.exitCode == 78);
-    CHECK(ipc.err == dir.path() + "/n0.yaml:1:12: endpoint 'ipc://" + dir.path() +
+    CHECK(ipc.err == dir.path() + "/topo.yaml:2:5: endpoint 'ipc://" + dir.path() +
                          "/missing/n0.ipc': folder '" + dir.path() +
-                         "/missing' does not exist (node.id)\n");
+                         "/missing' does not exist (nodes[0].endpoint)\n");
   }
   SUBCASE("a port in use: 69") {
     const int port = 20000 + (getpid() % 600) * 20 + 19;

@@ -3,6 +3,7 @@
 // package from python/) attached over its trainer socket.
 
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -107,7 +108,8 @@ TEST_CASE("external trainers: a ring of three trains to the network's optimum") 
     const auto code = cluster.child(i).wait(120s);
     REQUIRE(code.has_value());
     CHECK(*code == 0);
-    REQUIRE(trainers[i]->wait(30s).has_value());  // the daemon went away: the trainer ends
+    // Told that the node finished, the trainer's loop ends and it exits 0.
+    REQUIRE(trainers[i]->wait(30s) == std::optional<int>(0));
   }
   // Node i pulls toward t_i[0] = i; mixing pulls all toward the mean, 1,
   // and the network's objective (the sum of the nodes' losses) falls.
@@ -117,12 +119,14 @@ TEST_CASE("external trainers: a ring of three trains to the network's optimum") 
   for (std::size_t i = 0; i < 3; ++i) {
     const auto lines = linesOf(cluster.path("trainer" + std::to_string(i)));
     REQUIRE(lines.size() > 250);
-    const json& last = lines[lines.size() - 2];  // the final line reports the daemon leaving
+    const json& last = lines[lines.size() - 2];  // the final line says why it ended
     CAPTURE(i);
     CAPTURE(last);
     CHECK(std::abs(last["x0"].get<double>() - 1.0) < 0.25);
     meanX0 += last["x0"].get<double>() / 3;
-    CHECK(lines.back().contains("daemon_error"));
+    CHECK(lines.back()["finished"] == "rounds");
+    // The node's final parameters, a round past the last one given.
+    CHECK(std::abs(lines.back()["x0"].get<double>() - last["x0"].get<double>()) < 0.05);
     firstSum += lines.front()["loss"].get<double>();
     lastSum += last["loss"].get<double>();
   }
@@ -148,6 +152,33 @@ TEST_CASE("external trainers: a NaN update is refused and never applied, a new t
   const json first = json::parse(again.out.substr(0, again.out.find('\n')));
   CHECK(first["round"] == 5);
   CHECK(waitFor([&] { return ask(cluster, 0, {{"cmd", "status"}})["round"] == 15; }, 10s));
+}
+
+TEST_CASE("external trainers: a rejected update is submitted again and the loop goes on") {
+  Cluster cluster(1, externalModel(12));
+  cluster.start(0);
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+  // Round 3: a NaN loss, refused by the client (JSON cannot carry it); round
+  // 7: a NaN in the update, refused by the daemon. Each time the same round
+  // is submitted again, clean, in the same loop.
+  const auto trainer = runProcess(
+      trainerArgv(cluster, 0, {"--nan-loss-at", "3", "--nan-at", "7", "--recover"}), {}, 60s);
+  CAPTURE(trainer.out);
+  CAPTURE(trainer.err);
+  CHECK(trainer.exitCode == 0);
+  std::vector<json> lines;
+  std::istringstream out(trainer.out);
+  for (std::string line; std::getline(out, line);) lines.push_back(json::parse(line));
+  REQUIRE(lines.size() == 12 + 2 + 1);  // 12 rounds, 2 rejections, the end
+  CHECK(lines[3]["rejected"] == "`loss` is not finite (nan): JSON cannot carry it");
+  CHECK(lines[4]["round"] == 3);
+  CHECK(lines[8]["rejected"] == "non_finite");
+  CHECK(lines[9]["round"] == 7);
+  CHECK(lines.back()["finished"] == "rounds");
+  REQUIRE(cluster.child(0).wait(30s) == std::optional<int>(0));
+  const auto metrics = linesOf(cluster.path("n0.jsonl"));
+  REQUIRE_FALSE(metrics.empty());
+  CHECK(metrics.back()["round"] == 12);
 }
 
 TEST_CASE("external trainers: a second trainer and a wrong dimension get clear errors") {
@@ -202,6 +233,40 @@ TEST_CASE("external trainers: a process of another user is refused by its creden
   CHECK(waitFor([&] { return trainerStatus(cluster, 0)["refused"].get<int>() == 1; }, 5s));
 }
 
+TEST_CASE("external trainers: trainer.group's members attach, by primary or supplementary group") {
+  if (::geteuid() != 0) {
+    MESSAGE("skipped: needs root to run a trainer as another user");
+    return;
+  }
+  // Debian's group `users` (gid 100); the trainer runs as nobody (65534).
+  auto overrides = externalModel(0);
+  overrides.push_back("trainer.group=users");
+  Cluster cluster(1, overrides);
+  cluster.start(0);
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+  struct stat socket {};
+  REQUIRE(::stat(trainerSocket(cluster, 0).c_str(), &socket) == 0);
+  CHECK(socket.st_gid == 100);  // the group's members reach it through the file's mode
+  CHECK((socket.st_mode & 0777) == 0660);
+  namespace fs = std::filesystem;
+  fs::permissions(cluster.path(""), fs::perms::others_exec, fs::perm_options::add);
+  for (const std::string groups : {"--regid=100 --clear-groups", "--regid=65534 --groups=100"}) {
+    CAPTURE(groups);
+    std::vector<std::string> argv = trainerArgv(cluster, 0, {"--rounds", "2"});
+    std::vector<std::string> as{"/usr/bin/setpriv", "--reuid=65534"};
+    std::istringstream words(groups);
+    for (std::string word; words >> word;) as.push_back(word);
+    argv.insert(argv.begin() + 2, as.begin(), as.end());
+    const auto member = runProcess(argv, {}, 60s);
+    CAPTURE(member.out);
+    CAPTURE(member.err);
+    CHECK(member.exitCode == 0);
+  }
+  const json status = trainerStatus(cluster, 0);
+  CHECK(status["refused"] == 0);
+  CHECK(status["attaches"] == 2);
+}
+
 TEST_CASE("external trainers: PyTorch models with Adam through consensusd.torch.Optimizer") {
   auto overrides = externalModel(300);
   overrides.push_back("consensus.policy=all");  // synchronous: the mean bias is the optimum's
@@ -226,7 +291,8 @@ TEST_CASE("external trainers: PyTorch models with Adam through consensusd.torch.
     const auto lines = linesOf(cluster.path("torch" + std::to_string(i)));
     REQUIRE(lines.size() == 1);
     CAPTURE(lines[0]);
-    CHECK(lines[0]["round"] == 299);
+    CHECK(lines[0]["finished"] == "rounds");  // step() said so: the loop ended cleanly
+    CHECK(lines[0]["steps"] == 300);
     const std::vector<double> weight = lines[0]["weight"];
     const std::vector<double> truth{1.0, -2.0, 3.0, 0.5};
     for (std::size_t k = 0; k < 4; ++k) CHECK(weight[k] == doctest::Approx(truth[k]).epsilon(0.05));
@@ -270,9 +336,8 @@ TEST_CASE("external trainers: local_steps=4, four Adam steps a round and one del
     const auto lines = linesOf(cluster.path("torch" + std::to_string(i)));
     REQUIRE(lines.size() == 1);
     CAPTURE(lines[0]);
-    CHECK(lines[0]["round"] == 99);
-    // 100 rounds of four steps; the last step's round never came back.
-    CHECK(lines[0]["steps"] == 4 * 100 - 1);
+    CHECK(lines[0]["finished"] == "rounds");
+    CHECK(lines[0]["steps"] == 4 * 100);  // 100 rounds of four steps
     const std::vector<double> weight = lines[0]["weight"];
     const std::vector<double> truth{1.0, -2.0, 3.0, 0.5};
     for (std::size_t k = 0; k < 4; ++k) CHECK(weight[k] == doctest::Approx(truth[k]).epsilon(0.05));
@@ -285,33 +350,45 @@ TEST_CASE("external trainers: local_steps=4, four Adam steps a round and one del
     CHECK(lines[k]["samples"] == 128 * (lines[k]["round"].get<std::int64_t>() + 1));
 }
 
-TEST_CASE("external trainers: a daemon killed under a running trainer, restarted, goes on") {
+TEST_CASE(
+    "external trainers: a reconnecting trainer rides out SIGKILL and SIGTERM restarts, ends with "
+    "the node") {
   auto overrides = externalModel(0);
   overrides.push_back("checkpoint.every_rounds=10");
   Cluster cluster(1, overrides);
   cluster.start(0);
   REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
   Child trainer(trainerArgv(cluster, 0, {"--reconnect"}), cluster.path("trainer"));
-  REQUIRE(waitFor([&] { return ask(cluster, 0, {{"cmd", "status"}})["round"] > 30; }, 60s));
+  INFO("the trainer's last lines: " << [&] {
+    const std::string lines = readText(cluster.path("trainer"));
+    return lines.substr(lines.size() > 1500 ? lines.size() - 1500 : 0);
+  }());
+  REQUIRE(waitFor([&] { return roundOf(cluster, 0) > 30; }, 60s));
+  // Killed: no word to the trainer, which attaches again when the daemon is back.
   cluster.child(0).signal(SIGKILL);
   REQUIRE(cluster.child(0).wait(10s).has_value());
   cluster.start(0);  // resumes from its last checkpoint; the trainer finds it again
   REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
-  const std::int64_t resumed = ask(cluster, 0, {{"cmd", "status"}})["round"];
+  const std::int64_t resumed = roundOf(cluster, 0);
   CHECK(resumed >= 30);
-  const bool trained = waitFor(
-      [&] {
-        return ask(cluster, 0, {{"cmd", "status"}})["round"] > resumed + 20;
-      },
-      60s);
-  std::ifstream log(cluster.path("trainer"));
-  std::stringstream text;
-  text << log.rdbuf();
-  const std::string lines = text.str();
-  INFO("the trainer's last lines: " << lines.substr(lines.size() > 1500 ? lines.size() - 1500 : 0));
-  CHECK(trained);
+  CHECK(waitFor([&] { return roundOf(cluster, 0) > resumed + 20; }, 60s));
   CHECK(trainer.running());
   CHECK(trainerStatus(cluster, 0)["attaches"] == 1);  // this daemon's count: once, after restart
+  // SIGTERM: maybe a restart (systemctl restart); the trainer waits for it.
+  cluster.child(0).signal(SIGTERM);
+  REQUIRE(cluster.child(0).wait(10s) == std::optional<int>(0));
+  cluster.start(0);
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+  const std::int64_t again = roundOf(cluster, 0);
+  CHECK(waitFor([&] { return roundOf(cluster, 0) > again + 10; }, 60s));
+  CHECK(trainer.running());
+  // consensusctl stop: training is over, the trainer's loop ends at once.
+  CHECK(ask(cluster, 0, {{"cmd", "stop"}})["ok"] == true);
+  REQUIRE(cluster.child(0).wait(30s) == std::optional<int>(0));
+  REQUIRE(trainer.wait(10s) == std::optional<int>(0));
+  const auto lines = linesOf(cluster.path("trainer"));
+  REQUIRE_FALSE(lines.empty());
+  CHECK(lines.back()["finished"] == "stop");
 }
 
 TEST_CASE("external trainers: model.dimension and dtype auto take the first trainer's shape") {

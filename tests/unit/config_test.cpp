@@ -209,6 +209,26 @@ TEST_CASE("loading against the topology: paths, membership, degree, defaults") {
         "--set status.socket=/nonexistent/n1.sock:1:15: trainer socket "
         "'/nonexistent/n1.trainer.sock' (beside status.socket): folder '/nonexistent' does not "
         "exist (status.socket)");
+  // A status socket whose folder the daemon could not make: 78 at load, not 69 at bind.
+  CHECK(errorFrom([&] { loadConfig(path, {"status.socket=/proc/nope/n1.sock"}); }) ==
+        "--set status.socket=/proc/nope/n1.sock:1:15: status socket '/proc/nope/n1.sock': cannot "
+        "make folder '/proc/nope' in '/proc', a kernel file system (status.socket)");
+  // What the topology file says of the node is reported at its entry there.
+  std::string ipc = kRing4;
+  ipc.replace(ipc.find("tcp://127.0.0.1:7001"), 20, "ipc:///nonexistent/n1.ipc");
+  dir.write("ring.yaml", ipc);
+  CHECK(errorFrom([&] { loadConfig(path); }) ==
+        dir.path() +
+            "/ring.yaml:4:5: endpoint 'ipc:///nonexistent/n1.ipc': folder '/nonexistent' does not "
+            "exist (nodes[1].endpoint)");
+  std::string status = kRing4;
+  status.replace(status.find("tcp://127.0.0.1:7001\""), 21,
+                 "tcp://127.0.0.1:7001\", status: /proc/nope/n1.sock");
+  dir.write("ring.yaml", status);
+  CHECK(errorFrom([&] { loadConfig(path); }) ==
+        dir.path() +
+            "/ring.yaml:4:5: status socket '/proc/nope/n1.sock': cannot make folder '/proc/nope' "
+            "in '/proc', a kernel file system (nodes[1].status)");
   // A broken topology is reported against the topology file.
   dir.write("ring.yaml", "nodes: []\nedges: []\n");
   CHECK(errorFrom([&] { loadConfig(path); }) ==

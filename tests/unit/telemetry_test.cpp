@@ -49,7 +49,9 @@ TEST_CASE("telemetry: EWMA, rate and evaluations follow the records") {
   CHECK(telemetry.loss() == 2.0);  // the first loss as it is
   telemetry.onRecord(record(1, 1.0));
   CHECK(telemetry.loss() == doctest::Approx(2.0 - 0.05));
-  CHECK(telemetry.roundsPerSecond() == doctest::Approx(100.0));
+  CHECK(telemetry.roundsPerSecond(std::chrono::milliseconds(20)) == doctest::Approx(100.0));
+  // No round for 0.98 s more: the rate falls with the silence.
+  CHECK(telemetry.roundsPerSecond(std::chrono::seconds(1)) == doctest::Approx(1.0 / 0.99));
   CHECK(telemetry.accuracy() == -1);
 
   // An evaluation shows with its own round's record, not before.
@@ -61,7 +63,7 @@ TEST_CASE("telemetry: EWMA, rate and evaluations follow the records") {
   CHECK(telemetry.testLoss() == 0.25);
 
   daemon::StatusSnapshot status;
-  telemetry.fill(status);
+  telemetry.fill(status, {});
   CHECK(status.responders == 2);
   CHECK(status.consensusDistance == 0.5);
   CHECK(status.history.size() == 4);
@@ -80,7 +82,7 @@ TEST_CASE("telemetry: each round says what ended it, and the status counts the r
   ended(2, consensus::CutoffReason::Count);
   ended(3, consensus::CutoffReason::Timeout);
   daemon::StatusSnapshot status;
-  telemetry.fill(status);
+  telemetry.fill(status, {});
   CHECK(status.cutoffs ==
         std::map<std::string, std::uint64_t>{{"count", 2}, {"deadline", 1}, {"timeout", 1}});
   CHECK((*status.history[1])["cutoff"] == "deadline");
@@ -96,7 +98,7 @@ TEST_CASE("telemetry: the history is bounded and the metrics file gets every lin
     Telemetry telemetry(path);
     for (std::int64_t r = 0; r < 250; ++r) telemetry.onRecord(record(r, 1.0));
     daemon::StatusSnapshot status;
-    telemetry.fill(status);
+    telemetry.fill(status, {});
     CHECK(status.history.size() == Telemetry::kHistory);
     CHECK((*status.history.front())["round"] == 250 - Telemetry::kHistory);
     telemetry.writeSummary({{"final", true}});

@@ -17,6 +17,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "process.hpp"
@@ -275,7 +276,17 @@ TEST_CASE("trainer endpoint: fields of the wrong type or out of range are reject
   REQUIRE(::send(client.fd, line.data(), line.size(), MSG_NOSIGNAL) ==
           static_cast<ssize_t>(line.size()));
   CHECK(client.receive(endpoint)["type"] == "rejected");
-  CHECK(endpoint.status().rejectedUpdates == 13);
+  // Not JSON (a bare NaN, as Python's json.dumps writes one): said so, with the parser's words.
+  const std::string bare = R"({"type":"update","round":7,"kind":"gradient","loss":NaN})"
+                           "\n";
+  REQUIRE(::send(client.fd, bare.data(), bare.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(bare.size()));
+  const json malformed = client.receive(endpoint);
+  CHECK(malformed["type"] == "rejected");
+  const std::string reason = malformed["reason"];
+  CHECK(reason.rfind("malformed message: ", 0) == 0);
+  CHECK(reason.find("parse error") != std::string::npos);
+  CHECK(endpoint.status().rejectedUpdates == 14);
 
   json good = base;
   good["test_loss"] = 0.4;
@@ -337,4 +348,38 @@ TEST_CASE("trainer endpoint: an auto shape is the first trainer's, and its welco
   other.send({{"type", "hello"}, {"dimension", kDimension + 1}, {"dtype", "float32"}});
   CHECK(other.receive(endpoint)["message"] ==
         "this node trains 4 float32 parameters; the trainer has 5 float32");
+}
+
+TEST_CASE("trainer endpoint: the end of training puts the final parameters in the x slot") {
+  TempDir dir;
+  TrainerEndpoint endpoint(options(dir));
+  Client client(dir.path() + "/t.sock");
+  REQUIRE(client.hello(endpoint)["type"] == "welcome");
+  client.map();
+  endpoint.publish(7, bytesOf({1, 2, 3, 4}));
+  REQUIRE(client.receive(endpoint)["type"] == "round");
+  endpoint.end(9, bytesOf({5, 6, 7, 8}), "rounds");
+  CHECK(client.receive(endpoint) == json({{"type", "end"}, {"round", 9}, {"reason", "rounds"}}));
+  CHECK(std::vector<float>(client.region, client.region + kDimension) ==
+        std::vector<float>{5, 6, 7, 8});
+}
+
+TEST_CASE("trainer endpoint: p95 of the update times counts the slowest of a few") {
+  TempDir dir;
+  TrainerEndpoint endpoint(options(dir));
+  Client client(dir.path() + "/t.sock");
+  REQUIRE(client.hello(endpoint)["type"] == "welcome");
+  client.map();
+  // Eleven updates, one of them 50 ms after its round was given: the 95th
+  // percentile of eleven (nearest rank: the 11th) is that one.
+  for (std::int64_t round = 0; round < 11; ++round) {
+    endpoint.publish(round, bytesOf({1, 2, 3, 4}));
+    REQUIRE(client.receive(endpoint)["type"] == "round");
+    if (round == 4) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its compute
+    client.send({{"type", "update"}, {"round", round}, {"kind", "gradient"}, {"loss", 0.5}});
+    REQUIRE(nextUpdate(client, endpoint).has_value());
+  }
+  const auto status = endpoint.status();
+  CHECK(status.p95UpdateMs >= 50.0);
+  CHECK(status.p95UpdateMs >= status.meanUpdateMs);
 }

@@ -2,9 +2,12 @@
 t_i[j] = i + j / dimension, so the network's optimum is the mean of the t_i.
 
 usage: quadratic.py SOCKET NODE DIMENSION [--delta LR] [--nan-at ROUND]
-                    [--rounds N] [--dtype float32|float64] [--reconnect]
-Prints one JSON line per round: {"round", "loss", "x0"}; exits 0 when the
-daemon goes away or after --rounds rounds.
+                    [--nan-loss-at ROUND] [--recover] [--rounds N]
+                    [--dtype float32|float64] [--reconnect]
+Prints one JSON line per round taken: {"round", "loss", "x0"}; with --recover
+a rejected update prints {"rejected"} and the round is submitted again
+clean. Exits 0 after --rounds rounds, or when the node finished training,
+printing {"finished": REASON, "x0": its final x[0]}.
 """
 
 import argparse
@@ -23,7 +26,10 @@ def main():
     parser.add_argument("dimension", type=int)
     parser.add_argument("--delta", type=float, default=0.0,
                         help="step with this learning rate here and hand back the delta")
-    parser.add_argument("--nan-at", type=int, default=-1)
+    parser.add_argument("--nan-at", type=int, default=-1, help="a NaN in this round's update")
+    parser.add_argument("--nan-loss-at", type=int, default=-1, help="a NaN loss in this round")
+    parser.add_argument("--recover", action="store_true",
+                        help="submit a rejected round again, clean, and go on")
     parser.add_argument("--rounds", type=int, default=0)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--reconnect", action="store_true",
@@ -37,21 +43,25 @@ def main():
         with consensusd.attach(args.socket, args.dimension, args.dtype, init=init,
                                reconnect=args.reconnect) as node:
             for round in node.rounds():
-                x = np.asarray(round.params, dtype=np.float64)
+                x = np.array(round.params, dtype=np.float64)
                 gradient = x - target
                 loss = 0.5 * float(gradient @ gradient)
-                if round.index == args.nan_at:
-                    gradient = gradient.copy()
-                    gradient[0] = np.nan
-                if args.delta > 0:
-                    round.submit(-args.delta * gradient, loss=loss, kind="delta")
-                else:
-                    round.submit(gradient, loss=loss)
+                bad_update = round.index == args.nan_at
+                bad_loss = round.index == args.nan_loss_at
+                try:
+                    submit(round, gradient, loss, args.delta, bad_update, bad_loss)
+                except consensusd.UpdateRejected as e:
+                    if not args.recover:
+                        raise
+                    print(json.dumps({"rejected": str(e)}), flush=True)
+                    submit(round, gradient, loss, args.delta, False, False)
                 print(json.dumps({"round": round.index, "loss": loss, "x0": float(x[0])}),
                       flush=True)
                 done += 1
                 if args.rounds and done >= args.rounds:
                     return 0
+            print(json.dumps({"finished": node.finished, "x0": float(node.params[0])}),
+                  flush=True)
     except consensusd.UpdateRejected as e:
         print(json.dumps({"rejected": str(e)}), flush=True)
         return 3
@@ -59,6 +69,18 @@ def main():
         print(json.dumps({"daemon_error": str(e)}), flush=True)
         return 2
     return 0
+
+
+def submit(round, gradient, loss, delta, bad_update, bad_loss):
+    if bad_update:
+        gradient = gradient.copy()
+        gradient[0] = np.nan
+    if bad_loss:
+        loss = float("nan")
+    if delta > 0:
+        round.submit(-delta * gradient, loss=loss, kind="delta")
+    else:
+        round.submit(gradient, loss=loss)
 
 
 if __name__ == "__main__":

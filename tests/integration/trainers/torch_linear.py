@@ -3,7 +3,8 @@ with w = (1, -2, 3, 0.5) on every node and b_i = node / 10, Adam through
 consensusd.torch.Optimizer. The network's optimum: w, and b = the mean b_i.
 
 usage: torch_linear.py SOCKET NODE [LOCAL_STEPS]
-Prints {"round", "steps", "weight", "bias"} when the daemon goes away.
+Prints {"finished", "steps", "weight", "bias"} when the node finishes training:
+the model then holds the node's final parameters.
 """
 
 import json
@@ -11,7 +12,6 @@ import sys
 
 import torch
 
-import consensusd
 import consensusd.torch
 
 
@@ -25,18 +25,18 @@ def main():
     opt = consensusd.torch.Optimizer(torch.optim.Adam(model.parameters(), lr=0.05), model, socket,
                                      local_steps=local_steps)
     steps = 0
-    try:
-        while True:
-            inputs = torch.randn(32, 4)
-            targets = inputs @ weight.T + node / 10
-            opt.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(inputs), targets)
-            loss.backward()
-            opt.step(loss=loss.item(), samples=len(inputs))
-            steps += 1
-    except consensusd.DaemonError:
-        print(json.dumps({"round": opt.round, "steps": steps, "weight": model.weight.data[0].tolist(),
-                          "bias": model.bias.item()}), flush=True)
+    training = True
+    while training:
+        inputs = torch.randn(32, 4)
+        targets = inputs @ weight.T + node / 10
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(inputs), targets)
+        loss.backward()
+        training = opt.step(loss=loss.item(), samples=len(inputs))
+        steps += 1
+    print(json.dumps({"finished": opt.finished, "steps": steps,
+                      "weight": model.weight.data[0].tolist(), "bias": model.bias.item()}),
+          flush=True)
     return 0
 
 
