@@ -86,6 +86,7 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
                       {},
                       {},
                       {},
+                      false,
                       {},
                       {},
                       {},
@@ -126,7 +127,7 @@ Duration RoundEngine<Scalar>::silenceLimit(const Slot& slot) const {
 
 template <class Scalar>
 bool RoundEngine<Scalar>::suspect(std::size_t slot, Time now) const {
-  return now - slots_[slot].lastHeard >= silenceLimit(slots_[slot]);
+  return slots_[slot].idle || now - slots_[slot].lastHeard >= silenceLimit(slots_[slot]);
 }
 
 template <class Scalar>
@@ -449,9 +450,11 @@ Receipt RoundEngine<Scalar>::onDecision(std::size_t node, std::int64_t round, bo
 }
 
 template <class Scalar>
-Receipt RoundEngine<Scalar>::onKeepAlive(std::size_t node, std::int64_t round, Time now) {
+Receipt RoundEngine<Scalar>::onKeepAlive(std::size_t node, std::int64_t round, Time now,
+                                         bool idle) {
   const auto admitted = admit(node, round, now);
   if (const auto* refused = std::get_if<Receipt>(&admitted)) return *refused;
+  slots_[std::get<std::size_t>(admitted)].idle = idle;
   return Receipt::Stored;
 }
 

@@ -233,7 +233,9 @@ class Runner {
       case wire::Kind::Hello:
       case wire::Kind::Bye:
         // A keep-alive: the engine hears from the peer without an estimate.
-        return engine_->onKeepAlive(message.from, h.round, now());
+        return engine_->onKeepAlive(
+            message.from, h.round, now(),
+            h.kind == wire::Kind::Hello && (h.flags & wire::kHelloIdle) != 0);
     }
     return consensus::Receipt::NotNeighbor;
   }
@@ -311,6 +313,10 @@ class Runner {
     if (!stopping_) endReason_ = reason;
     stopping_ = true;
   }
+  // Our trainer went away (model.kind: external): nothing is computed until
+  // one attaches again, so the neighbours stop waiting for us. Before the
+  // first one (a cluster starting, trainers coming up) they wait as ever.
+  bool idle() const { return trainer_ && trainerSeen_ && !trainer_->attached(); }
   bool mayStart() const { return !paused_ && !stopping_ && !awaitingTrainerInit_; }
   // The round's parameters are the engine's own buffer, shared (not
   // copied) by every send and the compute job, which only read them.
@@ -357,9 +363,12 @@ class Runner {
       const std::size_t node = engine_->nodeOfSlot(s);
       n.id = topology_.node(node).id;
       const bool suspect = engine_->suspect(s, t);
-      status->suspects += suspect ? 1 : 0;
+      status->suspects += suspect && !engine_->idle(s) ? 1u : 0u;  // idle: alive, no trainer
       n.lastRound = engine_->newestRound(s);
-      n.state = suspect ? "suspect" : n.lastRound >= engine_->round() - 1 ? "fresh" : "late";
+      n.state = engine_->idle(s)                      ? "idle"
+                : suspect                             ? "suspect"
+                : n.lastRound >= engine_->round() - 1 ? "fresh"
+                                                      : "late";
       const auto ms = [](Duration d) {
         return std::chrono::duration<double, std::milli>(d).count();
       };
@@ -410,8 +419,9 @@ class Runner {
       service_.feedWatchdog(Clock::now());  // a hung loop stops feeding: systemd restarts us
       const Time t = now();
       transport_->sendDue(t);
-      if (t >= nextHello) {
-        transport_->keepAlive(engine_->round(), t);
+      if (t >= nextHello || idle() != saidIdle_) {  // neighbours learn of a lost trainer at once
+        saidIdle_ = idle();
+        transport_->keepAlive(engine_->round(), t, saidIdle_);
         nextHello = t + helloEvery;
       }
       if (auto result = worker_ ? worker_->take() : std::nullopt) {
@@ -486,6 +496,7 @@ class Runner {
   // The trainer's initialisation (fresh start) and its updates, to the engine.
   void serveTrainer(std::span<const zmq::pollitem_t> items) {
     const std::optional<TrainerUpdate> update = trainer_->serve(items);
+    trainerSeen_ = trainerSeen_ || trainer_->attached();
     if (auto initial = trainer_->takeInitialParams()) {
       engine_->resetParams(Eigen::Map<const Vector>(
           reinterpret_cast<const Scalar*>(initial->data()), static_cast<Eigen::Index>(dimension_)));
@@ -668,6 +679,8 @@ class Runner {
   bool stopping_ = false;
   std::string endReason_ = "stop";  // rounds, accuracy, time, stop or signal
   bool paused_ = false;
+  bool saidIdle_ = false;     // in our last keep-alives
+  bool trainerSeen_ = false;  // a trainer has attached since we started
 };
 
 }  // namespace

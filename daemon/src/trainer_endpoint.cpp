@@ -452,7 +452,7 @@ std::optional<TrainerUpdate> TrainerEndpoint::handleMessage(const nlohmann::json
 TrainerStatus TrainerEndpoint::status() const {
   owner_.check();
   TrainerStatus status = counts_;
-  status.attached = trainerFd_ >= 0 && welcomed_;
+  status.attached = attached();
   status.pid = trainerPid_;
   if (!updateMs_.empty()) {
     status.meanUpdateMs = std::accumulate(updateMs_.begin(), updateMs_.end(), 0.0) /

@@ -88,6 +88,7 @@ class TrainerEndpoint {
   std::optional<TrainerUpdate> serve(std::span<const zmq::pollitem_t> items);
 
   TrainerStatus status() const;
+  bool attached() const { return trainerFd_ >= 0 && welcomed_; }
 
  private:
   void accept();

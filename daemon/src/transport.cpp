@@ -355,7 +355,7 @@ void Transport::sendControl(wire::Kind kind, std::int64_t round, std::uint64_t f
   }
 }
 
-void Transport::keepAlive(std::int64_t round, Time now) {
+void Transport::keepAlive(std::int64_t round, Time now, bool idle) {
   owner_.check();
   for (auto& [node, link] : links_) {
     if (link.helloWaiting) continue;  // the one waiting says as much
@@ -363,7 +363,7 @@ void Transport::keepAlive(std::int64_t round, Time now) {
     // Whether an estimate in chunks to it is under way: a control goes out
     // before the next chunk, so this is still true when the HELLO leaves.
     wire::Header h = header(wire::Kind::Hello, round);
-    h.flags = link.sending ? wire::kHelloSending : 0;
+    h.flags = (link.sending ? wire::kHelloSending : 0) | (idle ? wire::kHelloIdle : 0);
     const auto held = heldFrom_.find(node);
     h.base = held != heldFrom_.end() ? held->second : -1;
     queueControl(link, wire::encode(h), true);

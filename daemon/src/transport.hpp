@@ -136,7 +136,8 @@ class Transport {
   // Every peer_timeout / 3: a HELLO with our round to each out-neighbour
   // (at most one waits per link), and READY again to every in-neighbour
   // whose buffer is free (one may have been lost with a connection).
-  void keepAlive(std::int64_t round, consensus::Time now);
+  // `idle`: no trainer, nothing computed (kHelloIdle).
+  void keepAlive(std::int64_t round, consensus::Time now, bool idle = false);
   // Tells in-neighbours whose receive buffer came free (the engine let go
   // of their last estimate) that the next may come, and updates the
   // per-neighbour rates. Call once a loop.

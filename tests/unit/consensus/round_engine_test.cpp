@@ -348,3 +348,33 @@ TEST_CASE("a neighbour with an estimate half here is suspect only after four pee
   CHECK_FALSE(hub.engine.suspect(1, ms(149)));
   CHECK(hub.engine.suspect(1, ms(150)));
 }
+
+TEST_CASE("an idle neighbour (no trainer) is not waited for until it says it computes again") {
+  const Topology pair = graph("chain", 2);
+  EngineOptions options = withPolicy(PolicyKind::All);
+  Engine a(pair, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  const Eigen::VectorXd theirs = Eigen::VectorXd::Constant(1, 1.0);
+  // Round 0: n1 is live and not idle, so the round waits for its estimate.
+  CHECK(a.onKeepAlive(1, 0, ms(1)) == Receipt::Stored);
+  REQUIRE(a.tryStart(ms(1)));
+  a.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(2));
+  CHECK_FALSE(a.tryFinish(ms(3)));
+  // Its trainer is gone: the round ends now, without it (not at the hard deadline).
+  CHECK(a.onKeepAlive(1, 0, ms(4), true) == Receipt::Stored);
+  CHECK(a.idle(0));
+  CHECK(a.suspect(0, ms(4)));
+  const auto alone = a.tryFinish(ms(4));
+  REQUIRE(alone);
+  CHECK(alone->responders.empty());
+  CHECK(alone->live == 0);
+  // A trainer again: waited for again.
+  CHECK(a.onKeepAlive(1, 0, ms(5)) == Receipt::Stored);
+  CHECK_FALSE(a.idle(0));
+  REQUIRE(a.tryStart(ms(5)));
+  a.onGradient(1, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(5));
+  CHECK_FALSE(a.tryFinish(ms(6)));
+  CHECK(a.onEstimate(1, 1, theirs.data(), ms(7)) == Receipt::Stored);
+  const auto mixed = a.tryFinish(ms(7));
+  REQUIRE(mixed);
+  CHECK(mixed->responders == std::vector<std::size_t>{1});
+}

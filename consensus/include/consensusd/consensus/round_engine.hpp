@@ -144,8 +144,10 @@ class RoundEngine {
   Receipt onDecision(std::size_t node, std::int64_t round, bool usedMine, Time now);
   // A keep-alive from a neighbour working on `round`: not suspect, and its
   // progress counts for the lead bound and skipping even when its estimates
-  // were lost (a restarted node must learn where the others are).
-  Receipt onKeepAlive(std::size_t node, std::int64_t round, Time now);
+  // were lost (a restarted node must learn where the others are). `idle`:
+  // it computes nothing (its trainer is gone): counted out like a suspect
+  // until a keep-alive says otherwise.
+  Receipt onKeepAlive(std::size_t node, std::int64_t round, Time now, bool idle = false);
   // A part of the neighbour's estimate of `round` arrived (the rest is on
   // its way): a keep-alive, and while parts keep coming the hard deadline
   // waits for an estimate this round can use (on a slow link a whole
@@ -186,7 +188,9 @@ class RoundEngine {
   bool keepsVelocity() const { return outer_.has_value() || sgd_.hasMomentum(); }
   std::size_t degree() const { return slots_.size(); }
   std::size_t nodeOfSlot(std::size_t slot) const { return slots_[slot].node; }
+  // Silent for longer than it may be, or idle: not waited for, no lead bound.
   bool suspect(std::size_t slot, Time now) const;
+  bool idle(std::size_t slot) const { return slots_[slot].idle; }
   std::int64_t newestRound(std::size_t slot) const { return slots_[slot].newestRound; }
   // The highest round `slot`'s sender can honestly have reached while it
   // hears us: our round + max_lead x (hops from us to it) + skip_ahead + 1,
@@ -218,6 +222,7 @@ class RoundEngine {
     std::optional<Time> aheadSince;
     Time aheadLast{};  // the run's latest claim: a silence of a peer timeout ends it
     std::optional<Time> revivalStart;      // a suspect's first message; a second revives it
+    bool idle = false;                     // its keep-alives say it computes nothing
     std::optional<std::int64_t> arriving;  // the round of an estimate partly here
     Time arrivingAt{};                     // its latest part
     // With compression: our copy of the sender's public copy, and its round

@@ -20,7 +20,7 @@ namespace consensusd::daemon {
 
 struct NeighborStatus {
   std::string id;
-  std::string state;  // "fresh", "late", "suspect"
+  std::string state;  // "fresh", "late", "suspect", "idle" (no trainer)
   std::int64_t lastRound = -1;
   double medianArrivalMs = 0;
   double p90ArrivalMs = 0;

@@ -35,8 +35,10 @@ enum class Kind : std::uint8_t {
   Ready = 5,
   Resync = 6
 };
-// HELLO's flags: an estimate in chunks to you is under way.
+// HELLO's flags: an estimate in chunks to you is under way; the sender has
+// no trainer (model.kind: external) and computes nothing until one attaches.
 inline constexpr std::uint64_t kHelloSending = 1;
+inline constexpr std::uint64_t kHelloIdle = 2;
 // The most bytes one message carries; a larger estimate is sent in chunks.
 inline constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
 // The parameters' type; Bf16, Fp16 and Int8 mark compressed frames
@@ -60,7 +62,7 @@ struct Header {
   std::uint64_t payloadBytes = 0;  // in this message
   // One field on the wire (offset 56), read by kind:
   std::uint64_t offset = 0;  // Estimate: where this chunk's bytes start in the estimate
-  std::uint64_t flags = 0;   // Decision: 1 = used; Ready: the grant's id; Hello: kHelloSending
+  std::uint64_t flags = 0;   // Decision: 1 = used; Ready: the grant's id; Hello: kHello*
 };
 
 std::array<std::byte, kHeaderSize> encode(const Header& header);
