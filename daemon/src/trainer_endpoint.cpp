@@ -262,6 +262,12 @@ void TrainerEndpoint::refuse(int fd, pid_t pid, const std::string& why) {
   ::close(fd);
 }
 
+void TrainerEndpoint::refuseAttached(const std::string& why) {
+  ++counts_.refused;
+  send(nlohmann::json({{"type", "error"}, {"message", why}}).dump());
+  detach(why, "refused");
+}
+
 void TrainerEndpoint::detach(const std::string& why, const char* verb) {
   if (trainerFd_ < 0) return;
   spdlog::warn("trainer (pid {}) {}: {}", trainerPid_, verb, why);
@@ -349,9 +355,7 @@ std::optional<TrainerUpdate> TrainerEndpoint::handleMessage(const nlohmann::json
         createRegion();
       } catch (const Unavailable& e) {  // out of memory for it: refuse, stay open
         options_ = configured;
-        ++counts_.refused;
-        send(nlohmann::json({{"type", "error"}, {"message", e.what()}}).dump());
-        detach(e.what(), "refused");
+        refuseAttached(e.what());
         return std::nullopt;
       }
       spdlog::info("the node trains {} {} parameters, as its first trainer (pid {})",
@@ -364,9 +368,7 @@ std::optional<TrainerUpdate> TrainerEndpoint::handleMessage(const nlohmann::json
                                        : "parameters of the first trainer's shape";
       const std::string why = "this node trains " + ours + "; the trainer has " +
                               std::to_string(dimension) + " " + dtype;
-      ++counts_.refused;
-      send(nlohmann::json({{"type", "error"}, {"message", why}}).dump());
-      detach(why, "refused");
+      refuseAttached(why);
       return std::nullopt;
     }
     welcomed_ = true;

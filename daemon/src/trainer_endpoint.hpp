@@ -96,6 +96,8 @@ class TrainerEndpoint {
   std::optional<TrainerUpdate> read();
   // A connection turned away (counted as refused), or the attached trainer's end.
   void refuse(int fd, pid_t pid, const std::string& why);
+  // The connected trainer's hello turned away: told why, counted, closed.
+  void refuseAttached(const std::string& why);
   void detach(const std::string& why, const char* verb = "detached");
   std::optional<TrainerUpdate> handle(const std::string& line);
   std::optional<TrainerUpdate> handleMessage(const nlohmann::json& message);
