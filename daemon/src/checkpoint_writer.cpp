@@ -2,10 +2,25 @@
 
 #include <spdlog/spdlog.h>
 
+#include "event_fd.hpp"
+
 namespace consensusd::daemon {
 
-CheckpointWriter::CheckpointWriter(std::string folder, std::size_t keep, Checkpoint identity)
-    : store_(std::move(folder), keep), identity_(std::move(identity)) {}
+CheckpointWriter::CheckpointWriter(std::string folder, std::size_t keep, Checkpoint identity,
+                                   int doneFd)
+    : store_(std::move(folder), keep),
+      identity_(std::move(identity)),
+      doneFd_(doneFd),
+      thread_([this] { loop(); }) {}
+
+CheckpointWriter::~CheckpointWriter() {
+  {
+    const std::lock_guard lock(mutex_);
+    stopping_ = true;  // a job already handed over is still written
+  }
+  wake_.notify_all();
+  thread_.join();
+}
 
 std::optional<Checkpoint> CheckpointWriter::resume() {
   owner_.check();
@@ -22,23 +37,80 @@ std::optional<Checkpoint> CheckpointWriter::resume() {
   return std::move(loaded.checkpoint);
 }
 
-std::optional<std::string> CheckpointWriter::trySave(std::int64_t round,
-                                                     std::span<const std::byte> params,
-                                                     std::span<const std::byte> velocity) {
+bool CheckpointWriter::busy() const {
   owner_.check();
-  try {
-    Checkpoint checkpoint = identity_;
-    checkpoint.round = round;
-    std::string path = store_.save(checkpoint, params, velocity);  // from the engine's buffers
-    lastRound_ = round;
-    spdlog::info("checkpoint {} (round {})", path, round);
-    return path;
-  } catch (const std::exception& e) {
-    ++failures_;
-    if (lastError_ != e.what()) spdlog::error("checkpoint at round {} failed: {}", round, e.what());
-    lastError_ = e.what();
-    return std::nullopt;
+  const std::lock_guard lock(mutex_);
+  return job_ || writing_ || done_;
+}
+
+void CheckpointWriter::start(const State& state) {
+  owner_.check();
+  State job = state;
+  if (!state.velocity.empty()) {
+    velocity_.assign(state.velocity.begin(), state.velocity.end());  // sized once, then reused
+    job.velocity = velocity_;
   }
+  {
+    const std::lock_guard lock(mutex_);
+    job_ = std::move(job);
+  }
+  wake_.notify_all();
+}
+
+void CheckpointWriter::loop() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [this] { return stopping_ || job_.has_value(); });
+    if (!job_) return;
+    State job = std::move(*job_);
+    job_.reset();
+    writing_ = true;
+    lock.unlock();
+    Done done{job.round, std::nullopt, {}};
+    try {
+      Checkpoint checkpoint = identity_;
+      checkpoint.round = job.round;
+      done.path = store_.save(checkpoint, job.params, job.velocity);
+    } catch (const std::exception& e) {  // no exception leaves this thread (STYLE.md, errors)
+      done.error = e.what();
+    }
+    job.owner.reset();  // the engine may write that buffer again
+    lock.lock();
+    writing_ = false;
+    done_ = std::move(done);
+    notify(doneFd_);
+    wake_.notify_all();
+  }
+}
+
+std::optional<CheckpointWriter::Outcome> CheckpointWriter::takeOutcome() {
+  owner_.check();
+  std::optional<Done> done;
+  {
+    const std::lock_guard lock(mutex_);
+    done.swap(done_);
+  }
+  if (!done) return std::nullopt;
+  return record(std::move(*done));
+}
+
+CheckpointWriter::Outcome CheckpointWriter::record(Done done) {
+  if (done.path) {
+    lastRound_ = done.round;
+    spdlog::info("checkpoint {} (round {})", *done.path, done.round);
+  } else {
+    ++failures_;
+    if (lastError_ != done.error)
+      spdlog::error("checkpoint at round {} failed: {}", done.round, done.error);
+    lastError_ = done.error;
+  }
+  return {done.round, std::move(done.path)};
+}
+
+void CheckpointWriter::wait() {
+  owner_.check();
+  std::unique_lock lock(mutex_);
+  wake_.wait(lock, [this] { return !job_ && !writing_; });
 }
 
 void CheckpointWriter::fill(StatusSnapshot& status) const {

@@ -22,18 +22,9 @@
 #include "consensusd/data/model.hpp"
 #include "consensusd/data/optimizer.hpp"
 #include "consensusd/data/partition.hpp"
+#include "event_fd.hpp"
 
 namespace consensusd::daemon {
-
-inline void notify(int fd) {
-  const std::uint64_t one = 1;
-  [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
-}
-
-inline void drainFd(int fd) {
-  std::uint64_t value = 0;
-  [[maybe_unused]] const ssize_t n = ::read(fd, &value, sizeof value);
-}
 
 template <class Scalar>
 class ComputeWorker {

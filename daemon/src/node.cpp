@@ -171,7 +171,7 @@ class Runner {
     identity.dtype = dtype();
     identity.dimension = dimension_;
     checkpoints_.emplace(cfg_.checkpoint.dir, static_cast<std::size_t>(cfg_.checkpoint.keep),
-                         identity);
+                         identity, wakeFd_);
     Vector params = worker_
                         ? worker_->initialParams(static_cast<std::uint64_t>(cfg_.model.initSeed))
                         : Vector::Zero(static_cast<Eigen::Index>(dimension_));
@@ -240,28 +240,58 @@ class Runner {
     return consensus::Receipt::NotNeighbor;
   }
 
-  std::optional<std::string> trySaveCheckpoint() {
-    return checkpoints_->trySave(
-        engine_->round(), bytesOf(engine_->params()),
-        engine_->keepsVelocity() ? bytesOf(engine_->velocity()) : std::span<const std::byte>());
+  // Checkpoints are written on the writer's thread: a save wanted (every
+  // checkpoint.every_rounds, a command, the end) starts once the writer is
+  // free (no round starts before), and is answered when it ends.
+  void wantCheckpoint(std::function<void(nlohmann::json)> reply = {}) {
+    checkpointWanted_ = true;
+    if (reply) checkpointReplies_.push_back(std::move(reply));
+    serveCheckpoints();
+  }
+  void serveCheckpoints() {
+    if (const auto outcome = checkpoints_->takeOutcome()) {
+      publishStatus();  // the answer must not race ahead of the state it describes
+      const nlohmann::json answer =
+          outcome->path
+              ? nlohmann::json{{"ok", true}, {"path", *outcome->path}, {"round", outcome->round}}
+              : nlohmann::json{{"ok", false},
+                               {"error", "checkpoint failed: " + checkpoints_->lastError()}};
+      for (auto& reply : savingReplies_) reply(answer);
+      savingReplies_.clear();
+    }
+    if (!checkpointWanted_ || checkpoints_->busy()) return;
+    // x_k is held, not copied: the engine mixes into a fresh buffer meanwhile.
+    std::shared_ptr<const Vector> params = engine_->sharedParams();
+    checkpoints_->start(
+        {engine_->round(), params, bytesOf(*params),
+         engine_->keepsVelocity() ? bytesOf(engine_->velocity()) : std::span<const std::byte>()});
+    checkpointWanted_ = false;
+    savingReplies_.swap(checkpointReplies_);
+  }
+  // At the end: the save under way, any wanted, and the final state's.
+  void finishCheckpoints() {
+    checkpoints_->wait();
+    serveCheckpoints();
+    if (checkpoints_->lastRound() != engine_->round()) checkpointWanted_ = true;
+    while (checkpointWanted_ || checkpoints_->busy()) {
+      checkpoints_->wait();
+      serveCheckpoints();
+    }
   }
 
   void handleCommands() {
     for (Command& command : board_.drain()) {
       nlohmann::json answer = {{"ok", true}};
+      if (command.name == "checkpoint") {  // answered when written
+        wantCheckpoint(std::move(command.reply));
+        continue;
+      }
       if (command.name == "stop") {
         stop("stop");
       } else if (command.name == "pause") {
         paused_ = true;
       } else if (command.name == "resume") {
         paused_ = false;
-      } else if (command.name == "checkpoint") {
-        if (const auto path = trySaveCheckpoint()) {
-          answer["path"] = *path;
-          answer["round"] = engine_->round();
-        } else {
-          answer = {{"ok", false}, {"error", "checkpoint failed: " + checkpoints_->lastError()}};
-        }
       } else if (command.name == "set-policy") {
         answer = setPolicy(command.args);
       } else {
@@ -298,7 +328,7 @@ class Runner {
     if (worker_) worker_->recycle(engine_->takeSpentUpdate());
     telemetry_.onRecord(record, {transport_->counters().bytesSent, bytesReceived(), samples_});
     const std::int64_t every = cfg_.checkpoint.everyRounds;
-    if (every > 0 && record.nextRound / every != record.round / every) trySaveCheckpoint();
+    if (every > 0 && record.nextRound / every != record.round / every) wantCheckpoint();
     if (cfg_.train.rounds > 0 && engine_->round() >= cfg_.train.rounds) {
       spdlog::info("reached train.rounds = {}", cfg_.train.rounds);
       stop("rounds");
@@ -317,7 +347,12 @@ class Runner {
   // one attaches again, so the neighbours stop waiting for us. Before the
   // first one (a cluster starting, trainers coming up) they wait as ever.
   bool idle() const { return trainer_ && trainerSeen_ && !trainer_->attached(); }
-  bool mayStart() const { return !paused_ && !stopping_ && !awaitingTrainerInit_; }
+  // A checkpoint wanted while the writer is still busy with the last one
+  // holds the next round, so that it saves the round it was wanted at (the
+  // engine thread keeps serving meanwhile).
+  bool mayStart() const {
+    return !paused_ && !stopping_ && !awaitingTrainerInit_ && !checkpointWanted_;
+  }
   // The round's parameters are the engine's own buffer, shared (not
   // copied) by every send and the compute job, which only read them.
   void started(Engine::Start start) {
@@ -347,9 +382,11 @@ class Runner {
     status->node = cfg_.node.id;
     status->version = kVersion;
     status->round = engine_->round();
-    status->phase = paused_                                                           ? "paused"
-                    : engine_->phase() == consensus::RoundEngine<Scalar>::Phase::Idle ? "idle"
-                                                                                      : "waiting";
+    const bool engineIdle = engine_->phase() == consensus::RoundEngine<Scalar>::Phase::Idle;
+    status->phase = paused_                           ? "paused"
+                    : engineIdle && checkpointWanted_ ? "checkpointing"  // held for the writer
+                    : engineIdle                      ? "idle"
+                                                      : "waiting";
     status->policy = cfg_.consensus.policy;
     status->target = engine_->decision().count;
     status->degree = engine_->degree();
@@ -432,6 +469,7 @@ class Runner {
       }
       applyHeldUpdate(t);
       handleCommands();
+      serveCheckpoints();
       if (stopping_) break;
       finishedRound_ = false;
       const std::optional<Time> engineWake = consensus::step(*engine_, t, *this);
@@ -602,7 +640,7 @@ class Runner {
   void shutdown() {
     service_.stopping();
     finishSends();  // before the checkpoint: writing a large model takes seconds
-    trySaveCheckpoint();
+    finishCheckpoints();
     transport_->sendControl(wire::Kind::Bye, 0, 0, std::nullopt, now());
     // A model of our own: the compute thread may still be busy with its.
     if (config::hasModel(cfg_)) {
@@ -668,6 +706,9 @@ class Runner {
   std::optional<HeldUpdate> held_;  // the trainer's update, until the emulated straggler's delay
   consensus::Straggler trainerStraggler_{config::stragglerSpec(cfg_)};
   std::optional<CheckpointWriter> checkpoints_;
+  bool checkpointWanted_ = false;
+  std::vector<std::function<void(nlohmann::json)>> checkpointReplies_;  // for the save wanted
+  std::vector<std::function<void(nlohmann::json)>> savingReplies_;      // for the one under way
   std::unique_ptr<consensus::RoundEngine<Scalar>> engine_;
   Telemetry telemetry_;
   std::vector<zmq::pollitem_t> pollItems_;

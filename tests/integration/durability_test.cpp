@@ -5,6 +5,9 @@
 // older generation used.
 
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <filesystem>
@@ -18,8 +21,10 @@ using consensusd::testing::answers;
 using consensusd::testing::ask;
 using consensusd::testing::Cluster;
 using consensusd::testing::kFast;
+using consensusd::testing::roundOf;
 using consensusd::testing::waitFor;
 using consensusd::testing::with;
+using nlohmann::json;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
@@ -119,4 +124,49 @@ TEST_CASE("SIGKILL at random moments never loses a committed checkpoint") {
     CHECK(cluster.log(0).find("resumed from") != std::string::npos);
     CHECK(cluster.log(0).find("rejected") == std::string::npos);
   }
+}
+
+TEST_CASE("a checkpoint stuck on its disk holds no thread: the node goes on and keeps talking") {
+  // A FIFO where the save of round 10 writes its temporary file: the write
+  // hangs until somebody reads, as on a filesystem that stops answering.
+  Cluster cluster(2, with(kFast, {"train.rounds=0", "checkpoint.every_rounds=10",
+                                  "consensus.peer_timeout_ms=300"}));
+  fs::create_directories(cluster.path("ckpt-n0"));
+  const std::string fifo = cluster.path("ckpt-n0/.round-000000000010.ckpt.tmp");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  cluster.startAll();
+  REQUIRE(waitFor([&] { return answers(cluster, 0) && answers(cluster, 1); }, 30s));
+
+  // Past the stuck save, n0 trains on to round 20, where the next save it
+  // wants waits for the writer: the round is held, the engine thread is not.
+  REQUIRE(waitFor(
+      [&] {
+        return ask(cluster, 0, {{"cmd", "status"}})["phase"] == "checkpointing";
+      },
+      30s));
+  CHECK(roundOf(cluster, 0) == 20);
+  CHECK(lastCheckpoint(cluster, 0) == -1);
+  // It keeps answering its neighbour: n1 never counts it out (five peer
+  // timeouts watched).
+  const auto watchedUntil = std::chrono::steady_clock::now() + 1500ms;
+  while (std::chrono::steady_clock::now() < watchedUntil) {
+    const json neighbors = ask(cluster, 1, {{"cmd", "neighbors"}});
+    REQUIRE(neighbors["neighbors"].size() == 1);
+    CHECK(neighbors["neighbors"][0]["state"] != "suspect");
+    CHECK(roundOf(cluster, 0) == 20);
+  }
+
+  // The disk answers (a reader drains the FIFO); a FIFO cannot be fsynced,
+  // so that save fails and is counted, and the one held at round 20 commits.
+  const int fd = ::open(fifo.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  char buffer[4096];
+  while (::read(fd, buffer, sizeof buffer) > 0) {
+  }
+  ::close(fd);
+  REQUIRE(waitFor([&] { return lastCheckpoint(cluster, 0) >= 30; }, 30s));
+  const json status = ask(cluster, 0, {{"cmd", "status"}});
+  CHECK(status["checkpoint_failures"] == 1);
+  CHECK(status["last_checkpoint_error"].get<std::string>().find("fsync") != std::string::npos);
+  CHECK(cluster.log(0).find(fileOf(cluster, 20) + " (round 20)") != std::string::npos);
 }

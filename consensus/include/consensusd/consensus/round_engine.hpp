@@ -179,6 +179,9 @@ class RoundEngine {
   Phase phase() const { return phase_; }
   std::int64_t round() const { return round_; }
   const Vector& params() const { return *params_; }
+  // x_k for a reader that outlives the round (a checkpoint being written):
+  // the engine writes a fresh buffer while it is held.
+  std::shared_ptr<const Vector> sharedParams() const { return params_; }
   // The momentum velocity (zeros without momentum); checkpoints keep it so a
   // restart does not reset momentum.
   const Vector& velocity() const { return outer_ ? outer_->velocity() : sgd_.velocity(); }

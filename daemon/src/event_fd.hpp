@@ -1,0 +1,21 @@
+#pragma once
+// An eventfd as a doorbell: a worker thread rings it, the engine thread's
+// poll wakes on it and drains it.
+
+#include <unistd.h>
+
+#include <cstdint>
+
+namespace consensusd::daemon {
+
+inline void notify(int fd) {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(fd, &one, sizeof one);
+}
+
+inline void drainFd(int fd) {
+  std::uint64_t value = 0;
+  [[maybe_unused]] const ssize_t n = ::read(fd, &value, sizeof value);
+}
+
+}  // namespace consensusd::daemon
