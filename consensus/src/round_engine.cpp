@@ -62,6 +62,7 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
       arrivals_(topology.inNeighbors(self).size(), options.windowRounds, options.hardDeadline),
       gradients_(options.windowRounds, options.batchSize),
       sgd_(static_cast<std::size_t>(initial.size()), momentum),
+      joining_(firstRound == 0),
       round_(firstRound),
       params_(std::make_shared<Vector>(std::move(initial))),
       topologySelfWeight_(topology.selfWeight(self)) {
@@ -86,7 +87,7 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
                       {},
                       {},
                       {},
-                      false,
+                      Presence::Working,
                       {},
                       {},
                       {},
@@ -127,7 +128,8 @@ Duration RoundEngine<Scalar>::silenceLimit(const Slot& slot) const {
 
 template <class Scalar>
 bool RoundEngine<Scalar>::suspect(std::size_t slot, Time now) const {
-  return slots_[slot].idle || now - slots_[slot].lastHeard >= silenceLimit(slots_[slot]);
+  return slots_[slot].presence != Presence::Working ||
+         now - slots_[slot].lastHeard >= silenceLimit(slots_[slot]);
 }
 
 template <class Scalar>
@@ -451,10 +453,10 @@ Receipt RoundEngine<Scalar>::onDecision(std::size_t node, std::int64_t round, bo
 
 template <class Scalar>
 Receipt RoundEngine<Scalar>::onKeepAlive(std::size_t node, std::int64_t round, Time now,
-                                         bool idle) {
+                                         Presence presence) {
   const auto admitted = admit(node, round, now);
   if (const auto* refused = std::get_if<Receipt>(&admitted)) return *refused;
-  slots_[std::get<std::size_t>(admitted)].idle = idle;
+  slots_[std::get<std::size_t>(admitted)].presence = presence;
   return Receipt::Stored;
 }
 
@@ -626,12 +628,20 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   arrivals_.record(std::move(observed));
 
   // Round skipping: far behind the neighbours, mix with their newest and jump.
-  const std::optional<std::int64_t> skip = options_.roundSkipping ? skipTarget(now) : std::nullopt;
+  std::optional<std::int64_t> skip = options_.roundSkipping ? skipTarget(now) : std::nullopt;
+  // A fresh node does not jump alone to neighbours it holds nothing of yet:
+  // it would then send them its x_0 as their round's estimate.
+  if (skip && joining_ && std::none_of(slots_.begin(), slots_.end(), [&](const Slot& slot) {
+        return usable(slot, *skip) != nullptr;
+      }))
+    skip.reset();
   const std::int64_t mixRound = skip.value_or(round_);
   std::vector<MixInput> inputs;
+  std::int64_t newestMixed = -1;
   for (Slot& slot : slots_) {
     const auto* entry = usable(slot, mixRound);
     if (entry == nullptr) continue;
+    newestMixed = std::max(newestMixed, entry->round);
     if (options_.mixMode == MixMode::Symmetric && !skip) {
       const auto it = slot.decisions.find(round_);
       if (it == slot.decisions.end() || !it->second) continue;
@@ -640,6 +650,12 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     record.responders.push_back(slot.node);
     ++slot.counters.mixed;
   }
+  // A fresh node whose first mix is of neighbours far ahead joins a running
+  // cluster: its x is theirs (its own x_0 would pull them back toward the
+  // start until mixing washed it out). A whole cluster starting together
+  // mixes estimates of its own rounds and keeps x_0.
+  record.adopted = joining_ && newestMixed > round_ + options_.skipAhead;
+  if (!inputs.empty()) joining_ = false;
   const Vector& params = *params_;
   Vector& mixed = writable(mixed_);
   const auto dimension = static_cast<std::size_t>(params.size());
@@ -648,13 +664,24 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   const bool isGradient = updateKind_ == UpdateKind::Gradient;
   Vector* const g = isGradient ? &gradient_ : haveProbe_ ? &probe_ : nullptr;
   record.learningRate = schedule_.at(round_);
-  record.gradientApplied = round_ >= mixRound - options_.staleness;
+  // (A node that adopts its neighbours' x drops its gradient: it was taken at the x it leaves.)
+  record.gradientApplied = round_ >= mixRound - options_.staleness && !record.adopted;
   // The step goes into the mix's pass unless something must see the mix
   // before it (the heterogeneity term) or it needs the momentum's velocity.
   const bool heterogeneity = g != nullptr && options_.policy.kind == PolicyKind::Dynamic &&
                              options_.policy.heterogeneityTerm;
   bool stepped = false;
-  if (options_.robust == Robust::TrimmedMean) {
+  if (record.adopted) {
+    double total = 0;
+    for (const MixInput& input : inputs) total += input.weight;
+    for (MixInput& input : inputs) input.weight /= total;
+    record.selfWeight = 0;
+    double distanceSq = 0;
+    MixExtras<Scalar> extras;
+    extras.distanceSq = &distanceSq;
+    fusedMix(params.data(), 0.0, inputs, mixed.data(), dimension, extras);
+    record.consensusDistance = std::sqrt(distanceSq);
+  } else if (options_.robust == Robust::TrimmedMean) {
     record.selfWeight = 1.0 / static_cast<double>(inputs.size() + 1);  // nominal: unweighted
     trimmedMean(params.data(), inputs, options_.trim, mixed.data(), dimension);
     record.consensusDistance = static_cast<double>((params - mixed).norm());
@@ -743,8 +770,10 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   }
   params_.swap(mixed_);
 
-  record.skipped = skip.has_value();
-  record.nextRound = skip ? mixRound : round_ + 1;
+  // A node that adopted the cluster's state goes on at its round.
+  const std::int64_t target = skip ? mixRound : record.adopted ? newestMixed : round_ + 1;
+  record.skipped = target > round_ + 1;
+  record.nextRound = std::max(target, round_ + 1);
   round_ = record.nextRound;
   phase_ = Phase::Idle;
   for (Slot& slot : slots_) {

@@ -233,11 +233,15 @@ class Runner {
       case wire::Kind::Hello:
       case wire::Kind::Bye:
         // A keep-alive: the engine hears from the peer without an estimate.
-        return engine_->onKeepAlive(
-            message.from, h.round, now(),
-            h.kind == wire::Kind::Hello && (h.flags & wire::kHelloIdle) != 0);
+        return engine_->onKeepAlive(message.from, h.round, now(), presenceOf(h));
     }
     return consensus::Receipt::NotNeighbor;
+  }
+
+  static consensus::Presence presenceOf(const wire::Header& h) {
+    if (h.kind == wire::Kind::Bye) return consensus::Presence::Left;
+    const bool idle = h.kind == wire::Kind::Hello && (h.flags & wire::kHelloIdle) != 0;
+    return idle ? consensus::Presence::Idle : consensus::Presence::Working;
   }
 
   // Checkpoints are written on the writer's thread: a save wanted (every
@@ -323,6 +327,14 @@ class Runner {
   }
   void finished(const consensus::RoundRecord& record) {
     finishedRound_ = true;
+    if (record.adopted) {
+      joinedAtRound_ = record.nextRound;
+      std::string from;
+      for (const std::size_t node : record.responders)
+        from += (from.empty() ? "" : ", ") + topology_.node(node).id;
+      spdlog::info("joined a running cluster at round {}: took the estimates of {} in place of x_0",
+                   record.nextRound, from);
+    }
     watchLinks(record);
     // One gradient buffer: back to the compute thread for the next round.
     if (worker_) worker_->recycle(engine_->takeSpentUpdate());
@@ -394,18 +406,22 @@ class Runner {
     status->paused = paused_;
     telemetry_.fill(*status, now());
     checkpoints_->fill(*status);
+    status->joinedAtRound = joinedAtRound_;
     const TrafficCounters& traffic = transport_->counters();
     for (std::size_t s = 0; s < engine_->degree(); ++s) {
       NeighborStatus n;
       const std::size_t node = engine_->nodeOfSlot(s);
       n.id = topology_.node(node).id;
       const bool suspect = engine_->suspect(s, t);
-      status->suspects += suspect && !engine_->idle(s) ? 1u : 0u;  // idle: alive, no trainer
+      const consensus::Presence presence = engine_->presence(s);
+      // Idle (alive, no trainer) and left (said goodbye) are not silent.
+      status->suspects += suspect && presence == consensus::Presence::Working ? 1u : 0u;
       n.lastRound = engine_->newestRound(s);
-      n.state = engine_->idle(s)                      ? "idle"
-                : suspect                             ? "suspect"
-                : n.lastRound >= engine_->round() - 1 ? "fresh"
-                                                      : "late";
+      n.state = presence == consensus::Presence::Idle   ? "idle"
+                : presence == consensus::Presence::Left ? "left"
+                : suspect                               ? "suspect"
+                : n.lastRound >= engine_->round() - 1   ? "fresh"
+                                                        : "late";
       const auto ms = [](Duration d) {
         return std::chrono::duration<double, std::milli>(d).count();
       };
@@ -640,8 +656,10 @@ class Runner {
   void shutdown() {
     service_.stopping();
     finishSends();  // before the checkpoint: writing a large model takes seconds
+    // After our last chunk (a BYE in the middle of an estimate truncates it),
+    // before the checkpoint: the neighbours stop waiting for us at once.
+    transport_->sendControl(wire::Kind::Bye, engine_->round(), 0, std::nullopt, now());
     finishCheckpoints();
-    transport_->sendControl(wire::Kind::Bye, 0, 0, std::nullopt, now());
     // A model of our own: the compute thread may still be busy with its.
     if (config::hasModel(cfg_)) {
       data::Model<Scalar> model(config::modelOptions(cfg_, data_.train));
@@ -706,6 +724,7 @@ class Runner {
   std::optional<HeldUpdate> held_;  // the trainer's update, until the emulated straggler's delay
   consensus::Straggler trainerStraggler_{config::stragglerSpec(cfg_)};
   std::optional<CheckpointWriter> checkpoints_;
+  std::int64_t joinedAtRound_ = -1;
   bool checkpointWanted_ = false;
   std::vector<std::function<void(nlohmann::json)>> checkpointReplies_;  // for the save wanted
   std::vector<std::function<void(nlohmann::json)>> savingReplies_;      // for the one under way

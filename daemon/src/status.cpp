@@ -54,6 +54,7 @@ nlohmann::json toJson(const StatusSnapshot& status) {
                         {"consensus_distance", status.consensusDistance},
                         {"rounds_per_s", status.roundsPerSecond},
                         {"last_checkpoint_round", status.lastCheckpointRound},
+                        {"joined_at_round", status.joinedAtRound},
                         {"checkpoint_failures", status.checkpointFailures},
                         {"last_checkpoint_error", status.lastCheckpointError},
                         {"accept_failures", status.acceptFailures},

@@ -35,6 +35,7 @@ void Telemetry::onRecord(const consensus::RoundRecord& record, const Traffic& tr
                          {"blocked_ms", ms(record.blocked)},
                          {"distance", record.consensusDistance},
                          {"skipped", record.skipped},
+                         {"adopted", record.adopted},
                          {"sent_bytes", traffic.sentBytes},
                          {"received_bytes", traffic.receivedBytes},
                          {"samples", traffic.samples}};

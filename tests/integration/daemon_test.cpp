@@ -150,6 +150,71 @@ TEST_CASE("SIGTERM stops cleanly with a checkpoint, even with the neighbour gone
   CHECK_FALSE(std::filesystem::is_empty(cluster.path("ckpt-n0")));
 }
 
+TEST_CASE("a node stopped by SIGTERM says goodbye: not waited for at once, waited for when back") {
+  // A peer timeout of a minute: without the goodbye, n0's rounds would stop for that long.
+  Cluster cluster(2, with(kFast, {"train.rounds=0", "consensus.policy=all",
+                                  "consensus.peer_timeout_ms=60000"}));
+  cluster.startAll();
+  REQUIRE(waitFor([&] { return answers(cluster, 0) && answers(cluster, 1); }, 30s));
+  REQUIRE(waitFor([&] { return roundOf(cluster, 0) > 5; }, 30s));
+  const auto stateOfN1 = [&] {
+    return ask(cluster, 0, {{"cmd", "neighbors"}})["neighbors"][0]["state"].get<std::string>();
+  };
+  cluster.child(1).signal(SIGTERM);
+  REQUIRE(cluster.child(1).wait(10s) == 0);
+  CHECK(waitFor([&] { return stateOfN1() == "left"; }, 10s));
+  const std::int64_t before = roundOf(cluster, 0);
+  CHECK(waitFor([&] { return roundOf(cluster, 0) > before + 20; }, 20s));
+  CHECK(ask(cluster, 0, {{"cmd", "status"}})["suspects"] == 0);  // it left; it is not silent
+  CHECK(cluster.log(0).find("n1 said goodbye") != std::string::npos);
+
+  // Back (from its checkpoint): its hello makes it a neighbour to wait for
+  // again (round_engine_test has the rounds that follow).
+  cluster.start(1);
+  REQUIRE(waitFor([&] { return answers(cluster, 1); }, 30s));
+  CHECK(waitFor([&] { return stateOfN1() != "left"; }, 10s));
+}
+
+TEST_CASE("a node that starts fresh in a running cluster takes its neighbours' state, not x_0") {
+  Cluster cluster(3, with(kFast, {"train.rounds=0", "consensus.peer_timeout_ms=500",
+                                  "train.learning_rate=0.5"}));
+  cluster.start(0);
+  cluster.start(1);
+  REQUIRE(waitFor([&] { return answers(cluster, 0) && answers(cluster, 1); }, 30s));
+  REQUIRE(waitFor([&] { return roundOf(cluster, 0) > 150; }, 60s));
+  // n0 and n1 have trained: x_0 is far from where they are.
+  cluster.start(2);  // no checkpoint: fresh
+  REQUIRE(waitFor([&] { return answers(cluster, 2); }, 30s));
+  const bool joinedYet = waitFor(
+      [&] {
+        return ask(cluster, 2, {{"cmd", "status"}})["joined_at_round"].get<std::int64_t>() > 150;
+      },
+      30s);
+  INFO(cluster.logTails(60));
+  INFO(ask(cluster, 2, {{"cmd", "status"}}).dump());
+  REQUIRE(joinedYet);
+  CHECK(cluster.log(2).find("joined a running cluster at round") != std::string::npos);
+  const std::int64_t joined = ask(cluster, 2, {{"cmd", "status"}})["joined_at_round"];
+  REQUIRE(waitFor([&] { return roundOf(cluster, 2) > joined + 5; }, 30s));
+  // The round that joined moved n2 from x_0 to the cluster; the next ones
+  // moved it as little as its neighbours move (consensus distance).
+  const json history = ask(cluster, 2, {{"cmd", "history"}, {"n", 200}})["history"];
+  double jump = -1;
+  std::vector<double> after;
+  for (const json& record : history) {
+    if (record["adopted"] == true)
+      jump = record["distance"];
+    else if (jump >= 0 && after.size() < 5)
+      after.push_back(record["distance"]);
+  }
+  REQUIRE(jump > 0);
+  REQUIRE(after.size() == 5);
+  CAPTURE(jump);
+  for (const double d : after) CHECK(d < 0.1 * jump);
+  // The nodes that started together did not adopt anything.
+  CHECK(ask(cluster, 0, {{"cmd", "status"}})["joined_at_round"] == -1);
+}
+
 TEST_CASE("a killed node is marked suspect, the others go on, and it resumes from its checkpoint") {
   Cluster cluster(3, with(kFast, {"train.rounds=0", "consensus.policy=all",
                                   "consensus.peer_timeout_ms=500", "checkpoint.every_rounds=20"}));

@@ -63,11 +63,12 @@ TEST_CASE("same mixing uses exactly the round-k estimates, newest the newest fre
   options.mixRound = MixRound::Same;
   options.mailboxDepth = 2;
   Hub hub(options);
-  for (std::int64_t r = 0; r < 5; ++r) hub.send(1, r, static_cast<double>(r), ms(0));
+  // (Rounds within skip_ahead of ours: farther, a fresh node takes them whole, as a joiner.)
+  for (std::int64_t r = 0; r < 3; ++r) hub.send(1, r, static_cast<double>(r), ms(0));
   REQUIRE(hub.engine.tryStart(ms(0)));
   hub.gradient(ms(0));
   REQUIRE(hub.engine.tryFinish(ms(0)));
-  CHECK(hub.engine.params()[0] == doctest::Approx(0.5 * 4.0));
+  CHECK(hub.engine.params()[0] == doctest::Approx(0.5 * 2.0));
 }
 
 TEST_CASE("the policy can be switched between rounds") {
@@ -126,12 +127,12 @@ TEST_CASE("plausible rounds: a lie between a live neighbour's messages is never 
 }
 
 TEST_CASE("plausible rounds: a neighbour truly ahead is believed after half a peer timeout") {
-  // We were away (restarted from an old checkpoint): n1 went on to round 1000.
+  // We were away (restarted from an old checkpoint of round 1): n1 went on to round 1000.
   const Topology pair = graph("chain", 2);
   EngineOptions options = withPolicy(PolicyKind::All);
   options.roundSkipping = true;
   options.peerTimeout = milliseconds(100);
-  Engine a(pair, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  Engine a(pair, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{}, 1);
   const Eigen::VectorXd theirs = Eigen::VectorXd::Constant(1, 1.0);
   CHECK(a.onKeepAlive(1, 1000, ms(0)) == Receipt::Implausible);
   CHECK(a.onEstimate(1, 1000, theirs.data(), ms(20)) == Receipt::Implausible);
@@ -140,13 +141,78 @@ TEST_CASE("plausible rounds: a neighbour truly ahead is believed after half a pe
   CHECK(a.newestRound(0) == 1000);
   // One round later it has skipped to n1's round and mixed n1's estimate.
   REQUIRE(a.tryStart(ms(61)));
-  a.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(62));
+  a.onGradient(1, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(62));
   const auto record = a.tryFinish(ms(62));
   REQUIRE(record);
   CHECK(record->skipped);
+  CHECK_FALSE(record->adopted);  // its own state counts: it is no newcomer
   CHECK(a.round() == 1000);
   CHECK(a.params()[0] == doctest::Approx(0.5));
   CHECK(a.onKeepAlive(1, 1001, ms(63)) == Receipt::Stored);  // in reach again
+}
+
+TEST_CASE("a fresh node joining a running cluster takes its neighbours' estimates, not its x_0") {
+  const Topology ring = graph("ring", 3);
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.roundSkipping = true;
+  options.peerTimeout = milliseconds(100);
+  Engine a(ring, 0, options, rate(0.1), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  // The neighbours' claims of round 500 are believed after half a peer timeout.
+  const Eigen::VectorXd two = Eigen::VectorXd::Constant(1, 2.0);
+  const Eigen::VectorXd four = Eigen::VectorXd::Constant(1, 4.0);
+  for (int t = 0; t <= 60; t += 10) {
+    a.onKeepAlive(1, 500, ms(t));
+    a.onKeepAlive(2, 500, ms(t));
+  }
+  CHECK(a.onEstimate(1, 500, two.data(), ms(61)) == Receipt::Stored);
+  CHECK(a.onEstimate(2, 500, four.data(), ms(61)) == Receipt::Stored);
+  REQUIRE(a.tryStart(ms(62)));
+  a.onGradient(0, Eigen::VectorXd::Constant(1, 1.0), 0.0, GradientStats{}, ms(62));
+  const auto joined = a.tryFinish(ms(62));
+  REQUIRE(joined);
+  CHECK(joined->skipped);
+  CHECK(joined->adopted);
+  CHECK(joined->selfWeight == 0.0);
+  CHECK(a.round() == 500);
+  CHECK(a.params()[0] == doctest::Approx(3.0));  // their average: x_0 (and its step) counts not
+
+  // Believed but with nothing of theirs at that round yet, it does not jump
+  // alone (it would send its x_0 as their round's estimate): it waits there.
+  Engine c(ring, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  for (int t = 0; t <= 60; t += 10) {
+    c.onKeepAlive(1, 500, ms(t));
+    c.onKeepAlive(2, 500, ms(t));
+  }
+  REQUIRE(c.tryStart(ms(62)));
+  c.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(62));
+  const Time late = ms(62) + options.hardDeadline;
+  for (Time t = ms(70); t <= late; t += ms(10)) {  // the neighbours keep talking
+    c.onKeepAlive(1, 500, t);
+    c.onKeepAlive(2, 500, t);
+  }
+  const auto waited = c.tryFinish(late);
+  REQUIRE(waited);
+  CHECK_FALSE(waited->skipped);
+  CHECK(c.round() == 1);
+  CHECK(c.onEstimate(1, 500, two.data(), late) == Receipt::Stored);
+  CHECK(c.onEstimate(2, 500, four.data(), late) == Receipt::Stored);
+  REQUIRE(c.tryStart(late));
+  c.onGradient(1, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, late);
+  const auto then = c.tryFinish(late);
+  REQUIRE(then);
+  CHECK(then->adopted);
+  CHECK(c.params()[0] == doctest::Approx(3.0));
+
+  // Nodes that start together skip nothing: x_0 is mixed as ever.
+  Engine b(ring, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  REQUIRE(b.tryStart(ms(0)));
+  b.onEstimate(1, 0, two.data(), ms(1));
+  b.onEstimate(2, 0, four.data(), ms(1));
+  b.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(2));
+  const auto together = b.tryFinish(ms(2));
+  REQUIRE(together);
+  CHECK_FALSE(together->adopted);
+  CHECK(b.params()[0] == doctest::Approx(2.0));  // (0 + 2 + 4) / 3, Metropolis on a ring
 }
 
 TEST_CASE("plausible rounds: a run of claims ahead stays believed while it keeps coming") {
@@ -349,6 +415,39 @@ TEST_CASE("a neighbour with an estimate half here is suspect only after four pee
   CHECK(hub.engine.suspect(1, ms(150)));
 }
 
+TEST_CASE(
+    "a neighbour that said goodbye is counted out at once, lead bound included, until it is back") {
+  const Topology pair = graph("chain", 2);
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.maxLead = 1;
+  options.roundSkipping = false;
+  Engine a(pair, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  CHECK(a.onKeepAlive(1, 0, ms(1)) == Receipt::Stored);
+  REQUIRE(a.tryStart(ms(1)));
+  a.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(2));
+  CHECK_FALSE(a.tryFinish(ms(3)));  // policy all: waits for n1
+  // n1 stops (SIGTERM): its goodbye ends the round now, not a peer timeout later.
+  CHECK(a.onKeepAlive(1, 0, ms(4), Presence::Left) == Receipt::Stored);
+  CHECK(a.presence(0) == Presence::Left);
+  CHECK(a.suspect(0, ms(4)));
+  // Rounds go on alone, past the lead bound over its round 0.
+  for (std::int64_t round = 0; round < 4; ++round) {
+    if (round > 0) {
+      REQUIRE(a.tryStart(ms(5)));
+      a.onGradient(round, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(5));
+    }
+    const auto alone = a.tryFinish(ms(5));
+    REQUIRE(alone);
+    CHECK(alone->responders.empty());
+    CHECK(alone->live == 0);
+  }
+  // Restarted, it says hello: waited for (and bounding our lead) again.
+  CHECK(a.onKeepAlive(1, 0, ms(6)) == Receipt::Stored);
+  CHECK(a.presence(0) == Presence::Working);
+  CHECK_FALSE(a.suspect(0, ms(6)));
+  CHECK_FALSE(a.tryStart(ms(6)));  // round 4 is more than 1 ahead of its round 0
+}
+
 TEST_CASE("an idle neighbour (no trainer) is not waited for until it says it computes again") {
   const Topology pair = graph("chain", 2);
   EngineOptions options = withPolicy(PolicyKind::All);
@@ -360,8 +459,8 @@ TEST_CASE("an idle neighbour (no trainer) is not waited for until it says it com
   a.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(2));
   CHECK_FALSE(a.tryFinish(ms(3)));
   // Its trainer is gone: the round ends now, without it (not at the hard deadline).
-  CHECK(a.onKeepAlive(1, 0, ms(4), true) == Receipt::Stored);
-  CHECK(a.idle(0));
+  CHECK(a.onKeepAlive(1, 0, ms(4), Presence::Idle) == Receipt::Stored);
+  CHECK(a.presence(0) == Presence::Idle);
   CHECK(a.suspect(0, ms(4)));
   const auto alone = a.tryFinish(ms(4));
   REQUIRE(alone);
@@ -369,7 +468,7 @@ TEST_CASE("an idle neighbour (no trainer) is not waited for until it says it com
   CHECK(alone->live == 0);
   // A trainer again: waited for again.
   CHECK(a.onKeepAlive(1, 0, ms(5)) == Receipt::Stored);
-  CHECK_FALSE(a.idle(0));
+  CHECK(a.presence(0) == Presence::Working);
   REQUIRE(a.tryStart(ms(5)));
   a.onGradient(1, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(5));
   CHECK_FALSE(a.tryFinish(ms(6)));

@@ -56,6 +56,9 @@ struct RoundRecord {
   std::int64_t round = 0;
   std::int64_t nextRound = 0;  // round + 1, or the round skipped to
   bool skipped = false;
+  // A node that started fresh joined a running cluster: it took its
+  // neighbours' estimates (their weighted average) in place of its own x.
+  bool adopted = false;
   bool gradientApplied = true;  // false when a skip made it too old
   Time start{};
   Time end{};
@@ -83,6 +86,9 @@ struct Decision {
   std::int64_t round;
   bool used;  // whether its estimate was averaged
 };
+
+// What a neighbour's last keep-alive (HELLO, or BYE) said of it.
+enum class Presence { Working, Idle, Left };
 
 template <class Scalar>
 class RoundEngine {
@@ -144,10 +150,12 @@ class RoundEngine {
   Receipt onDecision(std::size_t node, std::int64_t round, bool usedMine, Time now);
   // A keep-alive from a neighbour working on `round`: not suspect, and its
   // progress counts for the lead bound and skipping even when its estimates
-  // were lost (a restarted node must learn where the others are). `idle`:
-  // it computes nothing (its trainer is gone): counted out like a suspect
-  // until a keep-alive says otherwise.
-  Receipt onKeepAlive(std::size_t node, std::int64_t round, Time now, bool idle = false);
+  // were lost (a restarted node must learn where the others are). A
+  // neighbour that says it computes nothing (Idle: its trainer is gone) or
+  // that it stops (Left: its goodbye) is counted out like a suspect at once,
+  // until a keep-alive says it works again.
+  Receipt onKeepAlive(std::size_t node, std::int64_t round, Time now,
+                      Presence presence = Presence::Working);
   // A part of the neighbour's estimate of `round` arrived (the rest is on
   // its way): a keep-alive, and while parts keep coming the hard deadline
   // waits for an estimate this round can use (on a slow link a whole
@@ -193,7 +201,7 @@ class RoundEngine {
   std::size_t nodeOfSlot(std::size_t slot) const { return slots_[slot].node; }
   // Silent for longer than it may be, or idle: not waited for, no lead bound.
   bool suspect(std::size_t slot, Time now) const;
-  bool idle(std::size_t slot) const { return slots_[slot].idle; }
+  Presence presence(std::size_t slot) const { return slots_[slot].presence; }
   std::int64_t newestRound(std::size_t slot) const { return slots_[slot].newestRound; }
   // The highest round `slot`'s sender can honestly have reached while it
   // hears us: our round + max_lead x (hops from us to it) + skip_ahead + 1,
@@ -224,10 +232,10 @@ class RoundEngine {
     // never gets that far.
     std::optional<Time> aheadSince;
     Time aheadLast{};  // the run's latest claim: a silence of a peer timeout ends it
-    std::optional<Time> revivalStart;      // a suspect's first message; a second revives it
-    bool idle = false;                     // its keep-alives say it computes nothing
-    std::optional<std::int64_t> arriving;  // the round of an estimate partly here
-    Time arrivingAt{};                     // its latest part
+    std::optional<Time> revivalStart;       // a suspect's first message; a second revives it
+    Presence presence = Presence::Working;  // what its last keep-alive said
+    std::optional<std::int64_t> arriving;   // the round of an estimate partly here
+    Time arrivingAt{};                      // its latest part
     // With compression: our copy of the sender's public copy, and its round
     // (-1: none held; a keyframe must come).
     Vector copy;
@@ -285,6 +293,9 @@ class RoundEngine {
 
   Phase phase_ = Phase::Idle;
   bool started_ = false;  // a first round began: silence counts from then
+  // Started at round 0 (no checkpoint) and mixed nobody yet: the first skip
+  // to neighbours far ahead adopts their estimates (a running cluster joined).
+  bool joining_ = false;
   std::int64_t round_;
   Time roundStart_{};
   std::optional<Time> blockedSince_;  // first refusal by the lead bound

@@ -73,6 +73,9 @@ struct StatusSnapshot {
   double consensusDistance = 0;
   double roundsPerSecond = 0;
   std::int64_t lastCheckpointRound = -1;
+  // Started fresh in a running cluster: the round at which it took its
+  // neighbours' estimates (-1: it did not).
+  std::int64_t joinedAtRound = -1;
   std::uint64_t checkpointFailures = 0;  // periodic or asked-for checkpoints not written
   std::string lastCheckpointError;       // why the last one failed ("" if none has)
   std::uint64_t acceptFailures = 0;      // status/HTTP accepts that failed (EMFILE...)
