@@ -46,6 +46,10 @@ bool CheckpointWriter::busy() const {
 void CheckpointWriter::start(const State& state) {
   owner_.check();
   State job = state;
+  // The engine's side holds the parameters until it has taken the outcome
+  // (under the mutex): the buffer is written again only after every read of
+  // the save happened-before, as ThreadSanitizer can see.
+  holding_ = std::move(job.owner);
   if (!state.velocity.empty()) {
     velocity_.assign(state.velocity.begin(), state.velocity.end());  // sized once, then reused
     job.velocity = velocity_;
@@ -74,7 +78,6 @@ void CheckpointWriter::loop() {
     } catch (const std::exception& e) {  // no exception leaves this thread (STYLE.md, errors)
       done.error = e.what();
     }
-    job.owner.reset();  // the engine may write that buffer again
     lock.lock();
     writing_ = false;
     done_ = std::move(done);
@@ -91,6 +94,7 @@ std::optional<CheckpointWriter::Outcome> CheckpointWriter::takeOutcome() {
     done.swap(done_);
   }
   if (!done) return std::nullopt;
+  holding_.reset();  // the engine may write that buffer again
   return record(std::move(*done));
 }
 

@@ -37,8 +37,9 @@ class CheckpointWriter {
   std::optional<Checkpoint> resume();
 
   // The state to save: `params` is written from where it is and `owner`
-  // keeps it alive (and unchanged) until the save ends; the velocity, which
-  // its owner updates in place, is copied into a buffer kept for the next save.
+  // keeps it alive (and unchanged) until takeOutcome() has the save's end;
+  // the velocity, which its owner updates in place, is copied into a
+  // buffer kept for the next save.
   struct State {
     std::int64_t round = 0;
     std::shared_ptr<const void> owner;
@@ -77,7 +78,8 @@ class CheckpointWriter {
   CheckpointStore store_;  // the writer thread's once it runs
   Checkpoint identity_;
   int doneFd_;
-  std::vector<std::byte> velocity_;  // the copy a save writes
+  std::vector<std::byte> velocity_;      // the copy a save writes
+  std::shared_ptr<const void> holding_;  // the parameters of the save under way
   std::int64_t lastRound_ = -1;
   std::uint64_t failures_ = 0;
   std::string lastError_;
