@@ -517,7 +517,11 @@ template <class Scalar>
 std::optional<CutoffReason> RoundEngine<Scalar>::cutoffReached(Time now) const {
   if (!haveGradient_) return std::nullopt;  // our own step needs our gradient
   std::size_t responders = 0;
-  for (const Slot& slot : slots_) responders += usable(slot, round_) != nullptr ? 1u : 0u;
+  // Counted toward the m waited for: the estimates of those that work. One of
+  // a neighbour that left or went idle is mixed if here, but the m live
+  // ones are still waited for (its goodbye came after its last estimate).
+  for (const Slot& slot : slots_)
+    responders += usable(slot, round_) != nullptr && slot.presence == Presence::Working ? 1u : 0u;
   const std::size_t live = liveCount(now);
   if (responders >= std::min(decision_.count, live)) return CutoffReason::Count;
   if (decision_.cutoff && now >= roundStart_ + *decision_.cutoff &&

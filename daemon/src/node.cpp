@@ -659,6 +659,7 @@ class Runner {
     // After our last chunk (a BYE in the middle of an estimate truncates it),
     // before the checkpoint: the neighbours stop waiting for us at once.
     transport_->sendControl(wire::Kind::Bye, engine_->round(), 0, std::nullopt, now());
+    finishSends();  // the goodbye too: a full queue would keep it here
     finishCheckpoints();
     // A model of our own: the compute thread may still be busy with its.
     if (config::hasModel(cfg_)) {

@@ -446,6 +446,21 @@ TEST_CASE(
   CHECK(a.presence(0) == Presence::Working);
   CHECK_FALSE(a.suspect(0, ms(6)));
   CHECK_FALSE(a.tryStart(ms(6)));  // round 4 is more than 1 ahead of its round 0
+
+  // With two neighbours: the last estimate of one that then left is mixed,
+  // but does not stand in for the other, which is still waited for.
+  const Topology ring = graph("ring", 3);
+  Engine b(ring, 0, withPolicy(PolicyKind::All), rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  const Eigen::VectorXd three = Eigen::VectorXd::Constant(1, 3.0);
+  REQUIRE(b.tryStart(ms(0)));
+  b.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(0));
+  CHECK(b.onEstimate(1, 0, three.data(), ms(1)) == Receipt::Stored);
+  CHECK(b.onKeepAlive(1, 0, ms(1), Presence::Left) == Receipt::Stored);
+  CHECK_FALSE(b.tryFinish(ms(2)));  // n2 works and is live: waited for
+  CHECK(b.onEstimate(2, 0, three.data(), ms(3)) == Receipt::Stored);
+  const auto both = b.tryFinish(ms(3));
+  REQUIRE(both);
+  CHECK(both->responders == std::vector<std::size_t>{1, 2});
 }
 
 TEST_CASE("an idle neighbour (no trainer) is not waited for until it says it computes again") {
