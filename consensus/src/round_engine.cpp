@@ -54,7 +54,7 @@ template <class Scalar>
 RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t self,
                                  EngineOptions options, data::Schedule schedule, double momentum,
                                  Vector initial, Time now, std::int64_t firstRound)
-    : topology_(topology),
+    : topology_(&topology),
       self_(self),
       options_(options),
       schedule_(schedule),
@@ -69,29 +69,8 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
   const auto dimension = static_cast<std::size_t>(params_->size());
   const std::vector<std::size_t> hops = topology::hopsFrom(topology, self);
   for (const topology::Neighbor& neighbor : topology.inNeighbors(self)) {
-    // A neighbour that hears us (in h hops) runs at most max_lead rounds
-    // ahead of each node on the way: lead bound and skip target both stop there.
-    const std::size_t h =
-        hops[neighbor.index] != topology::kUnreachable ? hops[neighbor.index] : topology.size();
-    std::int64_t reach = addSaturating(0, options_.skipAhead + 1);
-    for (std::size_t k = 0; k < h; ++k) reach = addSaturating(reach, options_.maxLead);
-    slots_.push_back({neighbor.index,
-                      neighbor.weight,
-                      Mailbox<Scalar>(options_.mailboxDepth, dimension),
-                      now,
-                      -1,
-                      -1,
-                      {},
-                      {},
-                      reach,
-                      {},
-                      {},
-                      {},
-                      Presence::Working,
-                      {},
-                      {},
-                      {},
-                      -1});
+    slots_.push_back(newSlot(neighbor.index, now));
+    placeSlot(slots_.back(), neighbor, hops, topology.size());
   }
   if (options_.outer == Outer::Nesterov) {
     if (sgd_.hasMomentum())
@@ -101,8 +80,7 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
   if (compressed()) {
     if (options_.robust != Robust::None)
       throw std::invalid_argument("compressed estimates mix public copies: no robust mixing");
-    // Allocated once, with the other model-sized buffers (modelBuffers).
-    for (Slot& slot : slots_) slot.copy.resize(params_->size());
+    // Allocated once (each slot's copy too), with the other model-sized buffers (modelBuffers).
     publicCopy_ = std::make_shared<Vector>(params_->size());
   }
   // Model-sized buffers: x_k and x_hat, rotated by a swap each round, and
@@ -111,6 +89,48 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
   gradient_.setZero(params_->size());  // zeros: swapGradient hands these out
   sampleStride_ =
       std::max<Eigen::Index>(1, (params_->size() + kCurvatureSample - 1) / kCurvatureSample);
+}
+
+template <class Scalar>
+typename RoundEngine<Scalar>::Slot RoundEngine<Scalar>::newSlot(std::size_t node, Time now) const {
+  const auto dimension = static_cast<std::size_t>(params_->size());
+  Slot slot(node, Mailbox<Scalar>(options_.mailboxDepth, dimension), now);
+  if (compressed()) slot.copy.resize(params_->size());
+  return slot;
+}
+
+template <class Scalar>
+void RoundEngine<Scalar>::placeSlot(Slot& slot, const topology::Neighbor& neighbor,
+                                    const std::vector<std::size_t>& hops, std::size_t nodes) const {
+  slot.node = neighbor.index;
+  slot.weight = neighbor.weight;
+  // A neighbour that hears us (in h hops) runs at most max_lead rounds
+  // ahead of each node on the way: lead bound and skip target both stop there.
+  const std::size_t h = hops[neighbor.index] != topology::kUnreachable ? hops[neighbor.index] : nodes;
+  slot.reach = addSaturating(0, options_.skipAhead + 1);
+  for (std::size_t k = 0; k < h; ++k) slot.reach = addSaturating(slot.reach, options_.maxLead);
+}
+
+template <class Scalar>
+void RoundEngine<Scalar>::setTopology(const topology::Topology& next, std::size_t self, Time now) {
+  if (phase_ != Phase::Idle) throw std::logic_error("a new topology applies between rounds");
+  std::vector<Slot> old = std::move(slots_);
+  slots_.clear();
+  const std::vector<std::size_t> hops = topology::hopsFrom(next, self);
+  for (const topology::Neighbor& neighbor : next.inNeighbors(self)) {
+    const std::string& id = next.node(neighbor.index).id;
+    const auto kept = std::find_if(old.begin(), old.end(), [&](const Slot& slot) {
+      return topology_->node(slot.node).id == id;
+    });
+    slots_.push_back(kept != old.end() ? std::move(*kept) : newSlot(neighbor.index, now));
+    placeSlot(slots_.back(), neighbor, hops, next.size());
+  }
+  topology_ = &next;
+  self_ = self;
+  topologySelfWeight_ = next.selfWeight(self);
+  // The window's columns were the old slots: the estimators start again.
+  arrivals_ = ArrivalHistory(slots_.size(), options_.windowRounds, options_.hardDeadline);
+  policy_ = makePolicy(options_.policy, options_.warmupRounds);
 }
 
 template <class Scalar>

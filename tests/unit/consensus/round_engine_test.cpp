@@ -492,3 +492,65 @@ TEST_CASE("an idle neighbour (no trainer) is not waited for until it says it com
   REQUIRE(mixed);
   CHECK(mixed->responders == std::vector<std::size_t>{1});
 }
+
+namespace {
+
+// A graph of the given ids and undirected edges (Metropolis weights).
+Topology graphOf(const std::vector<std::string>& ids,
+                 const std::vector<std::pair<std::string, std::string>>& edges) {
+  consensusd::topology::TopologySpec spec;
+  spec.name = "test";
+  int port = 7000;
+  for (const std::string& id : ids) {
+    consensusd::topology::NodeSpec node;
+    node.id = id;
+    node.endpoint = "tcp://127.0.0.1:" + std::to_string(port++);
+    spec.nodes.push_back(node);
+  }
+  for (const auto& [from, to] : edges) {
+    consensusd::topology::EdgeSpec edge;
+    edge.from = from;
+    edge.to = to;
+    spec.edges.push_back(edge);
+  }
+  return Topology::fromSpec(spec, "<test>");
+}
+
+}  // namespace
+
+TEST_CASE("a new topology between rounds: neighbours kept by id, new ones added, gone ones dropped") {
+  // A ring n0-n1-n2-n3; then n1 leaves and n4 comes between n0 and n2.
+  const Topology before =
+      graphOf({"n0", "n1", "n2", "n3"}, {{"n0", "n1"}, {"n1", "n2"}, {"n2", "n3"}, {"n3", "n0"}});
+  const Topology after =
+      graphOf({"n0", "n2", "n3", "n4"}, {{"n0", "n4"}, {"n4", "n2"}, {"n2", "n3"}, {"n3", "n0"}});
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.peerTimeout = milliseconds(100);
+  Engine a(before, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  const Eigen::VectorXd four = Eigen::VectorXd::Constant(1, 4.0);
+  const Eigen::VectorXd six = Eigen::VectorXd::Constant(1, 6.0);
+  CHECK(a.onEstimate(3, 0, four.data(), ms(1)) == Receipt::Stored);  // n3 (index 3)
+  CHECK(a.onKeepAlive(1, 0, ms(1)) == Receipt::Stored);               // n1 (index 1)
+
+  a.setTopology(after, 0, ms(2));
+  REQUIRE(a.degree() == 2);
+  CHECK(a.nodeOfSlot(0) == 2);  // n3, now index 2: its estimate is still held
+  CHECK(a.newestRound(0) == 0);
+  CHECK(a.nodeOfSlot(1) == 3);  // n4: new, nothing held, not suspect yet
+  CHECK(a.newestRound(1) == -1);
+  CHECK_FALSE(a.suspect(1, ms(2)));
+  CHECK(a.suspect(1, ms(102)));  // unheard for a peer timeout from the change
+  // Index 1 is n2 now: no neighbour of ours.
+  CHECK(a.onKeepAlive(1, 0, ms(3)) == Receipt::NotNeighbor);
+
+  // The round waits for both (policy all) and mixes with the new weights.
+  REQUIRE(a.tryStart(ms(4)));
+  a.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(4));
+  CHECK_FALSE(a.tryFinish(ms(5)));
+  CHECK_THROWS_AS(a.setTopology(before, 0, ms(5)), std::logic_error);  // not mid-round
+  CHECK(a.onEstimate(3, 0, six.data(), ms(6)) == Receipt::Stored);
+  const auto record = a.tryFinish(ms(6));
+  REQUIRE(record);
+  CHECK(record->responders == std::vector<std::size_t>{2, 3});
+  CHECK(a.params()[0] == doctest::Approx(10.0 / 3.0));  // Metropolis on a ring: 1/3 each
+}

@@ -117,6 +117,14 @@ class RoundEngine {
               std::int64_t firstRound = 0);
 
   std::optional<Start> tryStart(Time now);
+  // A new graph while running (an operator applies one), between rounds:
+  // neighbours in both keep their slots (mailbox, public copy, counters,
+  // presence) under their new index, weight and reach; new ones start as
+  // at a start (unheard: suspect a peer timeout from `now` unless heard);
+  // those gone are dropped. The arrival window and the policy start again
+  // (the window's columns were the old slots). `next` must outlive the
+  // engine, or the next call.
+  void setTopology(const topology::Topology& next, std::size_t self, Time now);
   // Every message's round is checked against the sender's horizon first
   // (plausibleRound): beyond it, `Implausible`, and nothing changes.
   // `owner` keeps `values` alive: the mailbox then holds them in place (no copy).
@@ -216,8 +224,10 @@ class RoundEngine {
 
  private:
   struct Slot {
+    Slot(std::size_t node_, Mailbox<Scalar> mailbox_, Time heard)
+        : node(node_), mailbox(std::move(mailbox_)), lastHeard(heard) {}
     std::size_t node;
-    double weight;
+    double weight = 0;
     Mailbox<Scalar> mailbox;
     Time lastHeard;
     std::int64_t newestRound = -1;
@@ -241,6 +251,13 @@ class RoundEngine {
     Vector copy;
     std::int64_t copyRound = -1;
   };
+
+  // A slot for `node` as at a start: nothing held, heard `now` (so
+  // suspect a peer timeout from then if nothing comes).
+  Slot newSlot(std::size_t node, Time now) const;
+  // Its index, weight and reach in a topology.
+  void placeSlot(Slot& slot, const topology::Neighbor& neighbor,
+                 const std::vector<std::size_t>& hops, std::size_t nodes) const;
 
   // What an estimate and a keep-alive share: the sender's slot, if it is a
   // neighbour and its round plausible (then heard, its newest round
@@ -279,7 +296,7 @@ class RoundEngine {
   std::optional<std::int64_t> skipTarget(Time now) const;
   RoundRecord finish(Time now, CutoffReason reason);
 
-  const topology::Topology& topology_;
+  const topology::Topology* topology_;  // the caller's; setTopology replaces it
   std::size_t self_;
   EngineOptions options_;
   data::Schedule schedule_;
