@@ -79,25 +79,135 @@ std::map<std::string, std::uint64_t> TrafficCounters::sendEvents() const {
 }
 
 Transport::Transport(const topology::Topology& topology, std::size_t self, TransportOptions options)
-    : topology_(topology),
+    : topology_(&topology),
       self_(self),
+      routingId_(topology.node(self).id + "/" + randomHex()),
       options_(std::move(options)),
       estimateBytes_(options_.expect.dimension * wire::bytesPer(options_.expect.dtype)),
       chunked_(estimateBytes_ > options_.chunkBytes),
       listens_(chunked_ || options_.expect.compression != consensus::Compression::None),
       grants_(std::random_device{}()) {
-  for (const topology::Neighbor& in : topology_.inNeighbors(self_)) {
-    peerIndex_[topology_.node(in.index).id] = in.index;
+  for (const topology::Neighbor& in : topology_->inNeighbors(self_)) {
+    peerIndex_[topology_->node(in.index).id] = in.index;
     peerBySender_[static_cast<std::uint32_t>(in.index)] = in.index;
     counters_.rejectedFrom[in.index] = 0;
-    Receiver& receiver = receivers_[in.index];
-    if (chunked_) {  // the neighbour's buffer, resident now rather than in the first round
-      receiver.buffer = std::shared_ptr<std::byte[]>(new std::byte[estimateBytes_]);
-      makeResident({receiver.buffer.get(), estimateBytes_});
-    }
+    receivers_.emplace(in.index, makeReceiver(in.index));
   }
   openRouter();
   connectDealers();
+}
+
+Transport::Receiver Transport::makeReceiver(std::size_t peer) const {
+  Receiver receiver;
+  receiver.peer = peer;
+  if (chunked_) {  // the neighbour's buffer, resident now rather than in the first round
+    receiver.buffer = std::shared_ptr<std::byte[]>(new std::byte[estimateBytes_]);
+    makeResident({receiver.buffer.get(), estimateBytes_});
+  }
+  return receiver;
+}
+
+std::map<std::string, std::string> Transport::admittedKeys() const {
+  std::map<std::string, std::string> admitted;
+  for (const topology::Neighbor& in : topology_->inNeighbors(self_))
+    admitted.emplace(topology_->node(in.index).publicKey, topology_->node(in.index).id);
+  return admitted;
+}
+
+void Transport::setTopology(const topology::Topology& next, std::size_t self) {
+  owner_.check();
+  const topology::Topology& last = *topology_;
+  // Keyed by index: moved to the same node's index in `next`; gone ones dropped.
+  const auto moved = [&](std::size_t index) { return next.indexOf(last.node(index).id); };
+  const auto remap = [&](auto& byIndex) {
+    std::remove_reference_t<decltype(byIndex)> out;
+    for (auto& [index, value] : byIndex)
+      if (const auto at = moved(index)) out.emplace(*at, std::move(value));
+    byIndex = std::move(out);
+  };
+  remap(lastHeard_);
+  remap(helloRounds_);
+  remap(heldFrom_);
+  remap(counters_.rejectedFrom);
+  remap(counters_.sentTo);
+  remap(receivers_);
+  remap(links_);
+  waiting_.clear();  // pointers into links_: append() makes them again
+
+  // A neighbour kept at the same address keeps its link; the rest are new.
+  const auto sameAddress = [&](std::size_t index) {
+    const auto before = last.indexOf(next.node(index).id);
+    return before && last.node(*before).endpoint == next.node(index).endpoint &&
+           last.node(*before).publicKey == next.node(index).publicKey;
+  };
+  std::map<std::size_t, Link> links;
+  for (const topology::Neighbor& out : next.outNeighbors(self)) {
+    const auto kept = links_.find(out.index);
+    if (kept != links_.end() && sameAddress(out.index)) {
+      links.emplace(out.index, std::move(kept->second));
+      links.at(out.index).peer = out.index;
+    }
+  }
+  std::map<std::size_t, Receiver> receivers;
+  peerIndex_.clear();
+  peerBySender_.clear();
+  for (const topology::Neighbor& in : next.inNeighbors(self)) {
+    peerIndex_[next.node(in.index).id] = in.index;
+    peerBySender_[static_cast<std::uint32_t>(in.index)] = in.index;
+    counters_.rejectedFrom.try_emplace(in.index, 0);
+    const auto kept = receivers_.find(in.index);
+    receivers.emplace(in.index, kept != receivers_.end() ? std::move(kept->second) : Receiver{});
+    receivers.at(in.index).peer = in.index;
+  }
+  // What speaks the old graph, in the new indices: every neighbour in both,
+  // until it says otherwise.
+  std::set<std::size_t> onPrevious;
+  for (const auto& [index, link] : links) onPrevious.insert(index);
+  for (const auto& [index, receiver] : receivers) onPrevious.insert(index);
+
+  previous_ = last;  // a copy: the caller replaces its own
+  previousSelf_ = self_;
+  topology_ = &next;
+  self_ = self;
+  options_.expect.topologyHash = next.hash();
+  onPrevious_ = std::move(onPrevious);
+  saidNewer_.clear();
+  links_ = std::move(links);  // the rest close (linger: what is queued still goes out)
+  for (const topology::Neighbor& out : next.outNeighbors(self))
+    if (links_.count(out.index) == 0) links_.emplace(out.index, makeLink(out.index));
+  for (auto& [index, receiver] : receivers)
+    if (!receiver.buffer && chunked_) receiver = makeReceiver(index);
+  receivers_ = std::move(receivers);
+  if (zap_) zap_->admit(admittedKeys());
+}
+
+void Transport::speak(wire::Header& h, std::size_t peer) const {
+  if (!previous_ || onPrevious_.count(peer) == 0) return;
+  h.sender = static_cast<std::uint32_t>(previousSelf_);
+  h.topologyHash = previous_->hash();
+}
+
+std::optional<Transport::Spoken> Transport::spokenBy(std::size_t peer, std::uint64_t hash) const {
+  if (hash == options_.expect.topologyHash || !previous_ || hash != previous_->hash())
+    return Spoken{static_cast<std::uint32_t>(peer), options_.expect};  // validate() judges the hash
+  const auto there = previous_->indexOf(topology_->node(peer).id);
+  if (!there) return std::nullopt;
+  Spoken spoken{static_cast<std::uint32_t>(*there), options_.expect};
+  spoken.expect.topologyHash = hash;
+  return spoken;
+}
+
+void Transport::noteGraph(std::size_t peer, const wire::Header& h) {
+  if (!previous_) return;
+  if (h.topologyHash == options_.expect.topologyHash) {
+    onPrevious_.erase(peer);
+    saidNewer_.erase(peer);
+  } else if (h.kind == wire::Kind::Hello && (h.flags & wire::kHelloNewer) != 0) {
+    saidNewer_.insert(peer);  // it runs ours too, and waits for us to say so
+    onPrevious_.erase(peer);
+  } else if (saidNewer_.count(peer) == 0) {
+    onPrevious_.insert(peer);
+  }
 }
 
 Transport::~Transport() {
@@ -125,10 +235,7 @@ void Transport::openRouter() {
   router_.set(zmq::sockopt::heartbeat_timeout, 5000);
   if (options_.curve) {
     // Admitted: the in-neighbours' keys; the handler answers before the first connection.
-    std::map<std::string, std::string> admitted;
-    for (const topology::Neighbor& in : topology_.inNeighbors(self_))
-      admitted.emplace(topology_.node(in.index).publicKey, topology_.node(in.index).id);
-    zap_ = std::make_unique<curve::ZapHandler>(context_, std::move(admitted));
+    zap_ = std::make_unique<curve::ZapHandler>(context_, admittedKeys());
     curve::makeServer(router_, *options_.curve);
   }
   // What never reaches recv: junk that fails the ZMTP handshake, and
@@ -149,28 +256,30 @@ void Transport::openRouter() {
 }
 
 void Transport::connectDealers() {
-  const std::string routingId = topology_.node(self_).id + "/" + randomHex();
-  spdlog::info("sending as routing id {}", routingId);
-  for (const topology::Neighbor& out : topology_.outNeighbors(self_)) {
-    zmq::socket_t dealer(context_, zmq::socket_type::dealer);
-    dealer.set(zmq::sockopt::routing_id, routingId);
-    // In chunks, little waits in ZeroMQ's queue: a control message goes
-    // out after at most these chunks (and what the kernel buffers).
-    dealer.set(zmq::sockopt::sndhwm, chunked_ ? 4 : 8);
-    dealer.set(zmq::sockopt::immediate, 1);
-    dealer.set(zmq::sockopt::linger, 200);
-    dealer.set(zmq::sockopt::heartbeat_ivl, 1000);
-    dealer.set(zmq::sockopt::heartbeat_timeout, 5000);
-    dealer.set(zmq::sockopt::reconnect_ivl, 100);
-    dealer.set(zmq::sockopt::reconnect_ivl_max, 2000);
-    if (options_.curve)
-      curve::makeClient(dealer, *options_.curve, topology_.node(out.index).publicKey);
-    dealer.connect(topology_.node(out.index).endpoint);
-    Link link;
-    link.dealer = std::move(dealer);
-    link.peer = out.index;
-    links_.emplace(out.index, std::move(link));
-  }
+  spdlog::info("sending as routing id {}", routingId_);
+  for (const topology::Neighbor& out : topology_->outNeighbors(self_))
+    links_.emplace(out.index, makeLink(out.index));
+}
+
+Transport::Link Transport::makeLink(std::size_t peer) {
+  zmq::socket_t dealer(context_, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::routing_id, routingId_);
+  // In chunks, little waits in ZeroMQ's queue: a control message goes
+  // out after at most these chunks (and what the kernel buffers).
+  dealer.set(zmq::sockopt::sndhwm, chunked_ ? 4 : 8);
+  dealer.set(zmq::sockopt::immediate, 1);
+  dealer.set(zmq::sockopt::linger, 200);
+  dealer.set(zmq::sockopt::heartbeat_ivl, 1000);
+  dealer.set(zmq::sockopt::heartbeat_timeout, 5000);
+  dealer.set(zmq::sockopt::reconnect_ivl, 100);
+  dealer.set(zmq::sockopt::reconnect_ivl_max, 2000);
+  if (options_.curve)
+    curve::makeClient(dealer, *options_.curve, topology_->node(peer).publicKey);
+  dealer.connect(topology_->node(peer).endpoint);
+  Link link;
+  link.dealer = std::move(dealer);
+  link.peer = peer;
+  return link;
 }
 
 wire::Header Transport::header(wire::Kind kind, std::int64_t round) const {
@@ -314,6 +423,7 @@ void Transport::flush(Link& link, Time now) {
 bool Transport::sendChunk(Link& link, const Outgoing& out, std::size_t at, Time now) {
   const std::size_t bytes = std::min(options_.chunkBytes, out.payload.size() - at);
   wire::Header h = out.header;
+  speak(h, link.peer);
   h.offset = at;
   h.payloadBytes = bytes;
   h.checksum = (*out.checksums)[at / options_.chunkBytes];
@@ -347,10 +457,11 @@ void Transport::sendControl(wire::Kind kind, std::int64_t round, std::uint64_t f
   owner_.check();
   wire::Header h = header(kind, round);
   h.flags = flags;
-  const auto bytes = wire::encode(h);
   for (auto& [node, link] : links_) {
     if (only && *only != node) continue;
-    queueControl(link, bytes, false);
+    wire::Header spoken = h;
+    speak(spoken, node);
+    queueControl(link, wire::encode(spoken), false);
     flush(link, now);
   }
 }
@@ -363,7 +474,9 @@ void Transport::keepAlive(std::int64_t round, Time now, bool idle) {
     // Whether an estimate in chunks to it is under way: a control goes out
     // before the next chunk, so this is still true when the HELLO leaves.
     wire::Header h = header(wire::Kind::Hello, round);
-    h.flags = (link.sending ? wire::kHelloSending : 0) | (idle ? wire::kHelloIdle : 0);
+    h.flags = (link.sending ? wire::kHelloSending : 0) | (idle ? wire::kHelloIdle : 0) |
+              (onPrevious_.count(node) != 0 ? wire::kHelloNewer : 0);
+    speak(h, node);
     const auto held = heldFrom_.find(node);
     h.base = held != heldFrom_.end() ? held->second : -1;
     queueControl(link, wire::encode(h), true);
@@ -394,20 +507,21 @@ void Transport::receiveReplies(Link& link, Time now) {
         why = *bad;
       } else {
         h = std::get<wire::Header>(decoded);
-        if (h.kind != wire::Kind::Ready && h.kind != wire::Kind::Resync)
-          why = wire::Reject::Kind;
-        else if (h.sender != link.peer)
+        if (h.kind != wire::Kind::Ready && h.kind != wire::Kind::Resync) why = wire::Reject::Kind;
+        const std::optional<Spoken> spoken = spokenBy(link.peer, h.topologyHash);
+        if (!why && (!spoken || h.sender != spoken->sender))
           why = wire::Reject::Sender;
-        else
-          why = wire::validate(h, {}, options_.expect);
+        else if (!why)
+          why = wire::validate(h, {}, spoken->expect);
         if (!why && frames[1].size() != 0) why = wire::Reject::Length;
       }
     }
     frames.clear();
     if (why) {
-      reject(peer, *why, "on the link to " + topology_.node(link.peer).id);
+      reject(peer, *why, "on the link to " + topology_->node(link.peer).id);
       continue;
     }
+    noteGraph(link.peer, h);
     if (h.kind == wire::Kind::Resync) {
       if (options_.expect.compression == consensus::Compression::None) continue;
       link.copyRound = -1;
@@ -434,7 +548,7 @@ Rejected Transport::reject(std::optional<std::size_t> peer, wire::Reject reason,
                            const std::string& detail) {
   ++counters_.rejected[static_cast<std::size_t>(reason)];
   if (peer) ++counters_.rejectedFrom[*peer];
-  const std::string who = peer ? topology_.node(*peer).id : std::string("?");
+  const std::string who = peer ? topology_->node(*peer).id : std::string("?");
   if (loggedRejects_.insert(who + "/" + wire::toString(reason)).second) {
     spdlog::warn("dropping messages from {}: {}{}", peer ? who : std::string("an unknown peer"),
                  wire::toString(reason), detail.empty() ? "" : " (" + detail + ")");
@@ -480,13 +594,17 @@ std::optional<std::variant<Inbound, Rejected>> Transport::receive(Time now) {
     if (const auto it = peerBySender_.find(h.sender); it != peerBySender_.end()) from = it->second;
   }
   if (!from) return reject(std::nullopt, wire::Reject::NotNeighbor, "identity '" + who.name + "'");
-  if (h.sender != *from)
+  // A neighbour still on the graph we left speaks it (its hash, its index there).
+  const std::optional<Spoken> spoken = spokenBy(*from, h.topologyHash);
+  if (!spoken) return reject(from, wire::Reject::NotNeighbor, "not in the graph it speaks");
+  if (h.sender != spoken->sender)
     return reject(from, wire::Reject::Sender, "header claims node " + std::to_string(h.sender));
   if (h.kind == wire::Kind::Ready || h.kind == wire::Kind::Resync)
     return reject(from, wire::Reject::Kind, "a sender's control to a ROUTER");
-  if (const auto why = wire::validate(h, payload, options_.expect))
+  if (const auto why = wire::validate(h, payload, spoken->expect))
     return reject(from, *why,
                   *why == wire::Reject::Topology ? "their topology hash differs from ours" : "");
+  noteGraph(*from, h);
   if (!misread) noteRoutingId(*from, frames[0].to_string());
   if (h.kind == wire::Kind::Estimate &&
       (chunked_ || h.offset != 0 || h.payloadBytes != options_.expect.totalBytes(h.dtype)))
@@ -594,7 +712,9 @@ void Transport::sendReady(Receiver& in) {
 
 void Transport::reply(Receiver& in, const wire::Header& h) {
   if (in.routingId.empty()) return;  // not heard yet: no connection to answer on
-  const auto bytes = wire::encode(h);
+  wire::Header spoken = h;
+  speak(spoken, in.peer);
+  const auto bytes = wire::encode(spoken);
   // Dropped by ZeroMQ if that connection is gone or full; restated later.
   if (!router_.send(zmq::buffer(in.routingId),
                     zmq::send_flags::sndmore | zmq::send_flags::dontwait))
@@ -668,7 +788,7 @@ void Transport::settle(const Inbound& message, consensus::Receipt receipt, Time 
   if (message.header.kind == wire::Kind::Hello)
     onKeepAliveRound(message.from, message.header.round, message.header.base, now);
   if (message.header.kind == wire::Kind::Bye)
-    spdlog::info("{} said goodbye", topology_.node(message.from).id);
+    spdlog::info("{} said goodbye", topology_->node(message.from).id);
 }
 
 // A neighbour heard for the first time, or again after a silence: it may
@@ -678,7 +798,7 @@ void Transport::welcome(std::size_t peer, Time now) {
   const bool returning = heard == lastHeard_.end() || now - heard->second > options_.peerTimeout;
   lastHeard_[peer] = now;
   if (!returning) return;
-  if (heard != lastHeard_.end()) spdlog::info("{} is back", topology_.node(peer).id);
+  if (heard != lastHeard_.end()) spdlog::info("{} is back", topology_->node(peer).id);
   if (!chunked_) resendTo(peer, now);  // in chunks, its READY says what it lacks
 }
 

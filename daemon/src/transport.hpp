@@ -114,10 +114,21 @@ struct Rejected {
 class Transport {
  public:
   // Binds and connects; throws Unavailable if the endpoint cannot be bound.
+  // `topology` must outlive the transport, or the next setTopology.
   Transport(const topology::Topology& topology, std::size_t self, TransportOptions options);
   ~Transport();
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
+
+  // A new graph, between rounds: links and receive buffers of neighbours in
+  // both stay under their new index (one whose endpoint or key changed is
+  // connected anew), new ones are made, gone ones closed; with CURVE the new
+  // in-neighbours' keys are admitted. A neighbour in both is spoken to in
+  // the graph we left (its hash, our index there) until it speaks the new
+  // one, and its messages in the old one are accepted: the two sides of an
+  // edge keep exchanging while a change rolls out (docs/protocol.md,
+  // "Changing the graph"). `next` must outlive the transport, or the next call.
+  void setTopology(const topology::Topology& next, std::size_t self);
 
   // Sends `payload` (kept alive by `owner` until every send completes) to
   // every out-neighbour as round `round`'s estimate; after link_delay if set.
@@ -220,6 +231,7 @@ class Transport {
   // One per in-neighbour, with estimates in chunks: the buffer the next
   // estimate is assembled in, which the engine's mailbox then keeps in place.
   struct Receiver {
+    std::size_t peer = 0;   // topology index
     std::string routingId;  // the connection a READY goes back on
     std::shared_ptr<std::byte[]> buffer;
     std::optional<std::int64_t> round;  // the estimate being received
@@ -241,6 +253,20 @@ class Transport {
 
   void openRouter();
   void connectDealers();
+  Link makeLink(std::size_t peer);
+  Receiver makeReceiver(std::size_t peer) const;
+  std::map<std::string, std::string> admittedKeys() const;  // CURVE: in-neighbours' keys -> ids
+  // Our sender index and graph hash as `peer` understands them.
+  void speak(wire::Header& h, std::size_t peer) const;
+  // A valid message from `peer` came in `h`'s graph: what we speak to it follows.
+  void noteGraph(std::size_t peer, const wire::Header& h);
+  // The sender index `peer` uses in the graph `hash` names, and the
+  // expectation to check its message with; none for a graph we do not know.
+  struct Spoken {
+    std::uint32_t sender;
+    wire::Expectation expect;
+  };
+  std::optional<Spoken> spokenBy(std::size_t peer, std::uint64_t hash) const;
   wire::Header header(wire::Kind kind, std::int64_t round) const;
   Outgoing outgoing(const wire::Header& h, std::shared_ptr<const void> owner,
                     std::span<const std::byte> payload, consensus::Time now) const;
@@ -271,8 +297,16 @@ class Transport {
   void receiveEvents();
 
   OwnerThread owner_;
-  const topology::Topology& topology_;
+  const topology::Topology* topology_;
   std::size_t self_;
+  std::string routingId_;
+  // The graph the last setTopology left, and our index in it; neighbours
+  // (current index) that still speak it, and those whose HELLO said they
+  // run a newer one while speaking it.
+  std::optional<topology::Topology> previous_;
+  std::size_t previousSelf_ = 0;
+  std::set<std::size_t> onPrevious_;
+  std::set<std::size_t> saidNewer_;
   TransportOptions options_;
   std::size_t estimateBytes_;
   bool chunked_;  // estimates of more than one chunk

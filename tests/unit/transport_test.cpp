@@ -558,3 +558,81 @@ TEST_CASE("transport: compressed, a frame with a bad checksum or length, or a li
   hello.dtype = wire::Dtype::Float32;  // a node without compression
   CHECK(send(hello, 0, true) == "dtype");
 }
+
+namespace {
+
+// The next estimate `node` hands out, skipping keep-alives (settled as the
+// node would); fails after five seconds.
+Inbound nextEstimate(std::vector<Transport*> transports, Transport& node) {
+  for (int i = 0; i < 100; ++i) {
+    auto got = next(transports, node);
+    REQUIRE(std::holds_alternative<Inbound>(got));
+    Inbound message = std::get<Inbound>(got);
+    node.settle(message, consensus::Receipt::Stored, consensus::Time{});
+    if (message.header.kind == wire::Kind::Estimate) return message;
+  }
+  FAIL("no estimate among 100 messages");
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("transport: a new graph rolls out while both sides of an edge keep exchanging") {
+  TempDir dir;
+  const auto node = [&](const std::string& id) {
+    return "  - {id: " + id + ", endpoint: \"ipc://" + dir.path() + "/" + id + "\"}\n";
+  };
+  // b and c; then a joins beside b (indices move: b 0 -> 1, c 1 -> 2).
+  const topology::Topology old = topology::parseTopology(
+      "nodes:\n" + node("b") + node("c") + "edges:\n  - [b, c]\n", "old.yaml");
+  const topology::Topology grown = topology::parseTopology(
+      "nodes:\n" + node("a") + node("b") + node("c") + "edges:\n  - [a, b]\n  - [b, c]\n",
+      "grown.yaml");
+  const auto options = [](const topology::Topology& t, std::size_t index) {
+    daemon::TransportOptions o;
+    o.bind = t.node(index).endpoint;
+    o.expect = {t.hash(), kDimension, wire::Dtype::Float32};
+    o.peerTimeout = std::chrono::seconds(5);
+    o.staleness = 2;
+    return o;
+  };
+  Transport b(old, 0, options(old, 0));
+  Transport c(old, 1, options(old, 1));
+  publish(b, 1, 1.0f);
+  CHECK(nextEstimate({&b, &c}, c).header.round == 1);
+
+  // b applies the new graph first: it speaks the old one to c, and hears c in it.
+  b.setTopology(grown, 1);
+  publish(b, 2, 2.0f);
+  const Inbound toC = nextEstimate({&b, &c}, c);
+  CHECK(toC.from == 0);
+  CHECK(toC.header.round == 2);
+  CHECK(toC.header.topologyHash == old.hash());
+  publish(c, 2, 3.0f);
+  const Inbound toB = nextEstimate({&b, &c}, b);
+  CHECK(toB.from == 2);  // c, in the new graph
+  CHECK(toB.header.round == 2);
+
+  // a, new, speaks only the new graph to b.
+  Transport a(grown, 0, options(grown, 0));
+  publish(a, 3, 4.0f);
+  const Inbound fromA = nextEstimate({&a, &b, &c}, b);
+  CHECK(fromA.from == 0);
+  CHECK(fromA.header.topologyHash == grown.hash());
+
+  // c applies it too: after a HELLO each way both speak the new graph.
+  c.setTopology(grown, 2);
+  for (int i = 0; i < 3; ++i) {
+    b.keepAlive(3, consensus::Time{});
+    c.keepAlive(3, consensus::Time{});
+    next({&a, &b, &c}, b);
+    next({&a, &b, &c}, c);
+  }
+  publish(b, 4, 5.0f);
+  const Inbound settled = nextEstimate({&a, &b, &c}, c);
+  CHECK(settled.from == 1);
+  CHECK(settled.header.round == 4);
+  CHECK(settled.header.topologyHash == grown.hash());
+  CHECK(b.counters().rejects().empty());
+  CHECK(c.counters().rejects().empty());
+}

@@ -41,6 +41,8 @@ class ZapHandler {
   ZapHandler(zmq::context_t& context, std::map<std::string, std::string> admitted);
 
   zmq::socket_t& socket() { return socket_; }
+  // The keys admitted from now on (a new graph); connections made stay.
+  void admit(std::map<std::string, std::string> admitted) { admitted_ = std::move(admitted); }
 
   // Answers every waiting request without blocking. Denied keys are logged
   // once each (the first kMaxLoggedKeys of them: a stranger cycling through

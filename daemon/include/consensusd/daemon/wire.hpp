@@ -39,6 +39,9 @@ enum class Kind : std::uint8_t {
 // no trainer (model.kind: external) and computes nothing until one attaches.
 inline constexpr std::uint64_t kHelloSending = 1;
 inline constexpr std::uint64_t kHelloIdle = 2;
+// The sender runs a newer graph than the one this HELLO is in (it speaks
+// that one because we seemed not to have applied the newer yet).
+inline constexpr std::uint64_t kHelloNewer = 4;
 // The most bytes one message carries; a larger estimate is sent in chunks.
 inline constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
 // The parameters' type; Bf16, Fp16 and Int8 mark compressed frames
