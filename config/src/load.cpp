@@ -274,6 +274,50 @@ NodeConfig reconfigure(const NodeConfig& running, const std::vector<std::string>
   return config;
 }
 
+AppliedTopology checkTopology(const NodeConfig& running, const topology::NodeSpec& self,
+                              std::string_view text, const std::string& fileName) {
+  topology::Topology graph = topology::parseTopology(text, fileName);
+  const std::optional<std::size_t> index = graph.indexOf(running.node.id);
+  if (!index) {
+    throw InputError(fileName, {1, 1},
+                     "node '" + running.node.id + "' is not in this topology (" +
+                         std::to_string(graph.size()) + " nodes, " + graph.node(0).id + ".." +
+                         graph.nodes().back().id +
+                         "): a node leaves a cluster by stopping, not by applying a graph "
+                         "without it",
+                     "nodes");
+  }
+  const topology::NodeSpec& now = graph.node(*index);
+  const auto fail = [&](const std::string& key, const std::string& message) {
+    throw InputError(fileName, now.at, message,
+                     "nodes[" + std::to_string(*index) + "]" + (key.empty() ? "" : "." + key));
+  };
+  if (running.node.bind.empty() && now.endpoint != self.endpoint)
+    fail("endpoint", "node '" + running.node.id + "' runs at '" + self.endpoint +
+                         "': its endpoint changes only with a restart");
+  if (running.security.curve) {
+    for (const topology::NodeSpec& node : graph.nodes()) {
+      if (node.publicKey.empty())
+        throw InputError(fileName, node.at,
+                         "security.curve needs a public_key for every node; '" + node.id +
+                             "' has none",
+                         "nodes[" + std::to_string(*graph.indexOf(node.id)) + "].public_key");
+    }
+    if (now.publicKey != self.publicKey)
+      fail("public_key", "node '" + running.node.id +
+                             "' runs with another key: its key changes only with a restart");
+  }
+  try {
+    checkDegree(running, graph.inNeighbors(*index).size(), Origins{{"", {kRunningConfig, {}}}});
+  } catch (const InputError& e) {
+    fail("", "node '" + running.node.id + "' has " +
+                 std::to_string(graph.inNeighbors(*index).size()) +
+                 " in-neighbours here, too few for its running config: " + e.message() + " (" +
+                 e.keyPath() + ")");
+  }
+  return {std::move(graph), *index};
+}
+
 LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>& overrides) {
   namespace fs = std::filesystem;
   Origins origins;

@@ -660,12 +660,21 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
       }))
     skip.reset();
   const std::int64_t mixRound = skip.value_or(round_);
-  std::vector<MixInput> inputs;
   std::int64_t newestMixed = -1;
+  for (const Slot& slot : slots_)
+    if (const auto* entry = usable(slot, mixRound)) newestMixed = std::max(newestMixed, entry->round);
+  // A fresh node that holds estimates of neighbours far ahead joins a
+  // running cluster: its x is theirs alone (its own x_0, or a fellow
+  // joiner's, would pull them back toward the start until mixing washed it
+  // out). While a neighbour is known to be far ahead it stays joining; a
+  // whole cluster starting together mixes estimates of its own rounds and
+  // keeps x_0.
+  const std::int64_t joinAbove = round_ + options_.skipAhead;
+  record.adopted = joining_ && newestMixed > joinAbove;
+  std::vector<MixInput> inputs;
   for (Slot& slot : slots_) {
     const auto* entry = usable(slot, mixRound);
-    if (entry == nullptr) continue;
-    newestMixed = std::max(newestMixed, entry->round);
+    if (entry == nullptr || (record.adopted && entry->round <= joinAbove)) continue;
     if (options_.mixMode == MixMode::Symmetric && !skip) {
       const auto it = slot.decisions.find(round_);
       if (it == slot.decisions.end() || !it->second) continue;
@@ -674,12 +683,11 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     record.responders.push_back(slot.node);
     ++slot.counters.mixed;
   }
-  // A fresh node whose first mix is of neighbours far ahead joins a running
-  // cluster: its x is theirs (its own x_0 would pull them back toward the
-  // start until mixing washed it out). A whole cluster starting together
-  // mixes estimates of its own rounds and keeps x_0.
-  record.adopted = joining_ && newestMixed > round_ + options_.skipAhead;
-  if (!inputs.empty()) joining_ = false;
+  if (inputs.empty()) record.adopted = false;  // symmetric: none of them used ours
+  const bool aheadUnheld = std::any_of(slots_.begin(), slots_.end(), [&](const Slot& slot) {
+    return slot.newestRound > joinAbove && slot.presence == Presence::Working;
+  });
+  if (record.adopted || (!inputs.empty() && !aheadUnheld)) joining_ = false;
   const Vector& params = *params_;
   Vector& mixed = writable(mixed_);
   const auto dimension = static_cast<std::size_t>(params.size());

@@ -1,13 +1,17 @@
 #include "status_commands.hpp"
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include "consensusd/config/load.hpp"
 #include "consensusd/ctl/status_client.hpp"
 #include "consensusd/daemon/command_line.hpp"
+#include "consensusd/daemon/status_server.hpp"
 #include "consensusd/topology/yaml_io.hpp"
 
 namespace consensusd::cli {
@@ -171,6 +175,72 @@ int runTop(const TopOptions& options) {
   }
 }
 
+// TOPOLOGY to one node, or to every node it lists that runs (at its status
+// path): each checks it as at start and switches between rounds. A node
+// that is not running reads its topology.file when it starts.
+int runApply(const std::string& file, const Target& target) {
+  std::ifstream in(file, std::ios::binary);
+  std::ostringstream read;
+  read << in.rdbuf();
+  if (!in) throw UsageError("cannot read topology file '" + file + "'");
+  const std::string text = read.str();
+  // Checked here first: a bad file reaches no node (78, with file:line).
+  const topology::Topology graph = topology::parseTopology(text, file);
+  const std::string name = std::filesystem::absolute(file).lexically_normal().string();
+  const nlohmann::json request = {{"cmd", "apply"}, {"file", name}, {"topology", text}};
+  if (daemon::serialize(request).size() + 1 > daemon::kMaxStatusRequest)
+    throw UsageError("topology file '" + file + "' is larger than a status request (" +
+                     std::to_string(daemon::kMaxStatusRequest / 1024) +
+                     " KiB): put it at the nodes' topology.file and send SIGHUP "
+                     "(systemctl reload)");
+  std::vector<std::pair<std::string, std::string>> nodes;  // id, status socket
+  if (!target.socket.empty() || !target.config.empty()) {
+    nodes.emplace_back("", target.path());
+  } else {
+    for (const topology::NodeSpec& node : graph.nodes())
+      nodes.emplace_back(node.id, node.status.empty() ? "/run/consensusd/" + node.id + ".sock"
+                                                      : node.status);
+  }
+  // A node answers once between rounds: a round can take up to a peer timeout.
+  constexpr auto kAnswerWithin = std::chrono::seconds(120);
+  int code = kExitOk;
+  nlohmann::json answers = nlohmann::json::array();
+  for (const auto& [id, path] : nodes) {
+    nlohmann::json answer;
+    try {
+      answer = askDaemon(path, request, kAnswerWithin);
+    } catch (const std::exception& e) {
+      if (nodes.size() == 1) throw;
+      answer = {{"ok", false}, {"not_running", true}, {"error", e.what()}};
+    }
+    answer["node"] = id.empty() ? answer.value("node", path) : id;
+    answers.push_back(answer);
+    const std::string who = answer["node"].get<std::string>();
+    if (answer.value("not_running", false)) {
+      if (!target.json)
+        std::cout << who << ": not running (it reads its topology.file when it starts)\n";
+      continue;
+    }
+    if (!answer.value("ok", false)) {
+      code = answer.value("exit", 0) == schema::kExitConfig ? schema::kExitConfig : 1;
+      if (!target.json)
+        std::cerr << who << ": " << answer.value("error", std::string("refused")) << "\n";
+      continue;
+    }
+    if (target.json) continue;
+    if (!answer.value("changed", false)) {
+      std::cout << who << ": already runs this graph\n";
+      continue;
+    }
+    std::cout << who << ": applied at round " << answer.value("round", 0LL) << ", degree "
+              << answer.value("degree", 0) << ", neighbours added "
+              << answer.value("added", nlohmann::json::array()).dump() << ", removed "
+              << answer.value("removed", nlohmann::json::array()).dump() << "\n";
+  }
+  if (target.json) std::cout << answers.dump(2) << "\n";
+  return code;
+}
+
 }  // namespace
 
 void addStatusCommands(CLI::App& parent, std::function<int()>& action) {
@@ -234,6 +304,15 @@ void addStatusCommands(CLI::App& parent, std::function<int()>& action) {
       });
     };
   });
+
+  auto applyTarget = std::make_shared<Target>();
+  auto applyFile = std::make_shared<std::string>();
+  CLI::App* apply = parent.add_subcommand(
+      "apply",
+      "Change the graph of running nodes: one (--socket, --config) or every node the file lists");
+  apply->add_option("topology", *applyFile, "The new topology file")->required();
+  addTarget(apply, applyTarget);
+  apply->callback([=, &action] { action = [=] { return runApply(*applyFile, *applyTarget); }; });
 
   auto watchTarget = std::make_shared<Target>();
   auto watchInterval = std::make_shared<double>(1.0);

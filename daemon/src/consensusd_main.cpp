@@ -22,13 +22,15 @@
 
 namespace {
 
-// SIGTERM/SIGINT blocked in every thread and read from a signalfd by the
-// engine loop: a clean stop never runs in a signal handler.
-int blockStopSignals() {
+// SIGTERM/SIGINT (stop) and SIGHUP (re-read the topology file) blocked in
+// every thread and read from a signalfd by the engine loop: neither runs in
+// a signal handler.
+int blockSignals() {
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGTERM);
   sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
   return ::signalfd(-1, &stop, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -72,7 +74,7 @@ int runDaemon(const consensusd::config::LoadedConfig& loaded) {
   keepLargeBuffersWarm();
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e " + cfg.node.id + " %^%l%$ %v");
   spdlog::set_level(spdlog::level::from_str(cfg.log.level));
-  const int signalFd = blockStopSignals();
+  const int signalFd = blockSignals();
   const int wakeFd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   consensusd::daemon::StatusBoard board;
   try {

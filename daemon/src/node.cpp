@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <zmq.hpp>
 
 #include "checkpoint_writer.hpp"
@@ -51,6 +54,12 @@ TrainerOptions trainerOptions(const config::NodeConfig& cfg, const config::Loade
 // model.dimension/dtype: auto: binds the trainer socket and waits for the
 // first trainer, whose parameters decide the node's, before the node binds
 // its port or joins its neighbours. Null when stopped (SIGTERM/SIGINT) first.
+// The signal a signalfd holds: SIGTERM, SIGINT or SIGHUP (0 if none).
+std::uint32_t readSignal(int signalFd) {
+  signalfd_siginfo info{};
+  return ::read(signalFd, &info, sizeof info) == sizeof info ? info.ssi_signo : 0;
+}
+
 std::unique_ptr<TrainerEndpoint> awaitTrainerShape(const config::LoadedConfig& loaded, int signalFd,
                                                    ServiceNotifier& service) {
   auto endpoint = std::make_unique<TrainerEndpoint>(trainerOptions(loaded.config, loaded));
@@ -63,7 +72,7 @@ std::unique_ptr<TrainerEndpoint> awaitTrainerShape(const config::LoadedConfig& l
     items = {{nullptr, signalFd, ZMQ_POLLIN, 0}};
     endpoint->append(items);
     zmq::poll(items, std::chrono::seconds(20));
-    if (items[0].revents & ZMQ_POLLIN) {
+    if ((items[0].revents & ZMQ_POLLIN) && readSignal(signalFd) != SIGHUP) {
       spdlog::info("stopped before a trainer attached");
       return nullptr;
     }
@@ -84,7 +93,7 @@ class Runner {
          ServiceNotifier& service, std::unique_ptr<TrainerEndpoint> trainer)
       : loaded_(loaded),
         cfg_(loaded.config),
-        topology_(loaded.topology),
+        topology_(&loaded.topology),
         self_(loaded.nodeIndex),
         board_(board),
         signalFd_(signalFd),
@@ -96,7 +105,7 @@ class Runner {
 
   int run() {
     loadData();
-    transport_.emplace(topology_, self_, transportOptions());
+    transport_.emplace(*topology_, self_, transportOptions());
     if (config::isExternal(cfg_) && !trainer_)
       trainer_ = std::make_unique<TrainerEndpoint>(trainerOptions(cfg_, loaded_));
     resume();
@@ -104,7 +113,7 @@ class Runner {
     service_.ready();  // systemd (Type=notify): started once the ports are bound
     spdlog::info(
         "node {} of {} ({} nodes, degree {}), {} parameters ({}), policy {}, starting at round {}",
-        cfg_.node.id, topology_.name(), topology_.size(), topology_.inNeighbors(self_).size(),
+        cfg_.node.id, topology_->name(), topology_->size(), topology_->inNeighbors(self_).size(),
         dimension_, cfg_.model.dtype, cfg_.consensus.policy, engine_->round());
     int code = 0;
     try {
@@ -137,7 +146,7 @@ class Runner {
     }
     data_ = data::load(config::dataSource(cfg_));
     const auto parts =
-        data::partition(data_.train, config::partitionOptions(cfg_, topology_.size()));
+        data::partition(data_.train, config::partitionOptions(cfg_, topology_->size()));
     data::Dataset share = data::subset(data_.train, parts[self_]);
     histogram_ = data::classHistogram(data_.train, parts[self_]);
     spdlog::info("{}; this node holds {} training samples", data_.description, share.size());
@@ -153,8 +162,8 @@ class Runner {
 
   TransportOptions transportOptions() const {
     TransportOptions options;
-    options.bind = cfg_.node.bind.empty() ? topology_.node(self_).endpoint : cfg_.node.bind;
-    options.expect = {topology_.hash(), dimension_, dtype(), engineOptions_.compression};
+    options.bind = cfg_.node.bind.empty() ? topology_->node(self_).endpoint : cfg_.node.bind;
+    options.expect = {topology_->hash(), dimension_, dtype(), engineOptions_.compression};
     options.curve = loaded_.curve;
     options.peerTimeout = engineOptions_.peerTimeout;
     options.staleness = cfg_.consensus.staleness;
@@ -166,7 +175,7 @@ class Runner {
 
   void resume() {
     Checkpoint identity;
-    identity.topologyHash = topology_.hash();
+    identity.topologyHash = topology_->hash();
     identity.node = static_cast<std::uint32_t>(self_);
     identity.dtype = dtype();
     identity.dimension = dimension_;
@@ -189,7 +198,7 @@ class Runner {
       awaitingTrainerInit_ = true;
     }
     engine_ = std::make_unique<consensus::RoundEngine<Scalar>>(
-        topology_, self_, engineOptions_, config::schedule(cfg_), cfg_.train.momentum,
+        *topology_, self_, engineOptions_, config::schedule(cfg_), cfg_.train.momentum,
         std::move(params), now(), firstRound);
     for (const std::span<Scalar> buffer : engine_->modelBuffers())
       makeResident(std::as_writable_bytes(buffer));
@@ -290,7 +299,17 @@ class Runner {
         wantCheckpoint(std::move(command.reply));
         continue;
       }
-      if (command.name == "stop") {
+      if (command.name == "apply") {  // answered once switched to, between rounds
+        const auto text = command.args.find("topology");
+        const auto file = command.args.find("file");
+        if (text != command.args.end() && text->is_string() && file != command.args.end() &&
+            file->is_string()) {
+          wantTopology(text->get<std::string>(), file->get<std::string>(),
+                       std::move(command.reply));
+          continue;
+        }
+        answer = {{"ok", false}, {"error", "apply needs \"topology\" (the file's text) and \"file\""}};
+      } else if (command.name == "stop") {
         stop("stop");
       } else if (command.name == "pause") {
         paused_ = true;
@@ -306,10 +325,98 @@ class Runner {
     }
   }
 
+  // A new graph (consensusctl apply, SIGHUP): checked at once (an error is
+  // answered, and nothing changes), switched to between rounds: no round
+  // starts while it waits (docs/protocol.md, "Changing the graph").
+  void wantTopology(const std::string& text, const std::string& file,
+                    std::function<void(nlohmann::json)> reply) {
+    const auto answer = [&](const nlohmann::json& a) {
+      if (reply) reply(a);
+    };
+    if (pendingGraph_) {
+      answer({{"ok", false}, {"error", "a topology change is under way: apply again after it"}});
+      return;
+    }
+    try {
+      config::AppliedTopology applied =
+          config::checkTopology(cfg_, topology_->node(self_), text, file);
+      if (applied.graph.hash() == topology_->hash()) {
+        spdlog::info("topology {}: the graph this node runs, nothing to change", file);
+        answer({{"ok", true}, {"changed", false}, {"topology_hash", hashText(*topology_)}});
+        return;
+      }
+      pendingGraph_.emplace(PendingGraph{std::move(applied), file, std::move(reply)});
+    } catch (const schema::InputError& e) {
+      spdlog::error("topology not applied (nothing changed): {}", e.what());
+      answer({{"ok", false}, {"error", e.what()}, {"exit", schema::kExitConfig}});
+    }
+  }
+  void reloadTopology() {
+    const std::string& file = cfg_.topology.file;
+    spdlog::info("SIGHUP: reading topology {}", file);
+    std::ifstream in(file, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in) {
+      spdlog::error("topology not applied (nothing changed): cannot read {}", file);
+      return;
+    }
+    wantTopology(text.str(), file, {});
+  }
+  // Between rounds only: the engine's slots and the transport's links follow.
+  void switchTopology() {
+    if (!pendingGraph_ || engine_->phase() != Engine::Phase::Idle) return;
+    PendingGraph pending = std::move(*pendingGraph_);
+    pendingGraph_.reset();
+    auto next = std::make_unique<const topology::Topology>(std::move(pending.applied.graph));
+    const std::size_t self = pending.applied.nodeIndex;
+    const std::set<std::string> before = neighborIds(*topology_, self_);
+    const std::set<std::string> after = neighborIds(*next, self);
+    nlohmann::json added = nlohmann::json::array();
+    nlohmann::json removed = nlohmann::json::array();
+    for (const std::string& id : after)
+      if (before.count(id) == 0) added.push_back(id);
+    for (const std::string& id : before)
+      if (after.count(id) == 0) removed.push_back(id);
+    engine_->setTopology(*next, self, now());
+    transport_->setTopology(*next, self);
+    graph_ = std::move(next);  // the graph left goes: the transport keeps its own copy
+    topology_ = graph_.get();
+    self_ = self;
+    topologyFile_ = pending.file;
+    ++topologyChanges_;
+    linkWatch_.clear();
+    spdlog::info(
+        "topology {} applied at round {}: {} nodes, degree {}, hash {}; neighbours added {}, "
+        "removed {}",
+        pending.file, engine_->round(), topology_->size(), engine_->degree(),
+        hashText(*topology_), added.dump(), removed.dump());
+    publishStatus();
+    if (pending.reply)
+      pending.reply({{"ok", true},
+                     {"changed", true},
+                     {"round", engine_->round()},
+                     {"topology_hash", hashText(*topology_)},
+                     {"nodes", topology_->size()},
+                     {"degree", engine_->degree()},
+                     {"added", added},
+                     {"removed", removed}});
+  }
+  static std::set<std::string> neighborIds(const topology::Topology& graph, std::size_t node) {
+    std::set<std::string> ids;
+    for (const topology::Neighbor& n : graph.inNeighbors(node)) ids.insert(graph.node(n.index).id);
+    for (const topology::Neighbor& n : graph.outNeighbors(node))
+      ids.insert(graph.node(n.index).id);
+    return ids;
+  }
+  static std::string hashText(const topology::Topology& graph) {
+    return fmt::format("{:016x}", graph.hash());
+  }
+
   nlohmann::json setPolicy(const nlohmann::json& args) {
     try {
       const config::NodeConfig updated =
-          config::reconfigure(cfg_, setPolicyOverrides(args), topology_.inNeighbors(self_).size());
+          config::reconfigure(cfg_, setPolicyOverrides(args), topology_->inNeighbors(self_).size());
       engine_->setPolicy(config::policySpec(updated));
       cfg_.consensus = updated.consensus;
       configYaml_ = config::toYaml(cfg_);
@@ -331,7 +438,7 @@ class Runner {
       joinedAtRound_ = record.nextRound;
       std::string from;
       for (const std::size_t node : record.responders)
-        from += (from.empty() ? "" : ", ") + topology_.node(node).id;
+        from += (from.empty() ? "" : ", ") + topology_->node(node).id;
       spdlog::info("joined a running cluster at round {}: took the estimates of {} in place of x_0",
                    record.nextRound, from);
     }
@@ -363,7 +470,8 @@ class Runner {
   // holds the next round, so that it saves the round it was wanted at (the
   // engine thread keeps serving meanwhile).
   bool mayStart() const {
-    return !paused_ && !stopping_ && !awaitingTrainerInit_ && !checkpointWanted_;
+    return !paused_ && !stopping_ && !awaitingTrainerInit_ && !checkpointWanted_ &&
+           !pendingGraph_;
   }
   // The round's parameters are the engine's own buffer, shared (not
   // copied) by every send and the compute job, which only read them.
@@ -397,6 +505,7 @@ class Runner {
     const bool engineIdle = engine_->phase() == consensus::RoundEngine<Scalar>::Phase::Idle;
     status->phase = paused_                           ? "paused"
                     : engineIdle && checkpointWanted_ ? "checkpointing"  // held for the writer
+                    : engineIdle && pendingGraph_     ? "applying"  // a new graph, next
                     : engineIdle                      ? "idle"
                                                       : "waiting";
     status->policy = cfg_.consensus.policy;
@@ -407,11 +516,15 @@ class Runner {
     telemetry_.fill(*status, now());
     checkpoints_->fill(*status);
     status->joinedAtRound = joinedAtRound_;
+    status->topology = topologyFile_;
+    status->topologyHash = hashText(*topology_);
+    status->topologyChanges = topologyChanges_;
     const TrafficCounters& traffic = transport_->counters();
     for (std::size_t s = 0; s < engine_->degree(); ++s) {
       NeighborStatus n;
       const std::size_t node = engine_->nodeOfSlot(s);
-      n.id = topology_.node(node).id;
+      n.id = topology_->node(node).id;
+      n.previousGraph = transport_->onPreviousGraph(node);
       const bool suspect = engine_->suspect(s, t);
       const consensus::Presence presence = engine_->presence(s);
       // Idle (alive, no trainer) and left (said goodbye) are not silent.
@@ -486,6 +599,7 @@ class Runner {
       applyHeldUpdate(t);
       handleCommands();
       serveCheckpoints();
+      switchTopology();
       if (stopping_) break;
       finishedRound_ = false;
       const std::optional<Time> engineWake = consensus::step(*engine_, t, *this);
@@ -539,10 +653,13 @@ class Runner {
     if (trainer_) serveTrainer(std::span(items).subspan(3, 2));
     if (transport_->serve(std::span(items).subspan(transportAt), now())) receive();
     if (items[1].revents & ZMQ_POLLIN) {
-      signalfd_siginfo info{};
-      [[maybe_unused]] const ssize_t n = ::read(signalFd_, &info, sizeof info);
-      spdlog::info("{}: stopping", info.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM");
-      stop("signal");
+      const std::uint32_t signal = readSignal(signalFd_);
+      if (signal == SIGHUP) {
+        reloadTopology();
+      } else if (signal != 0) {
+        spdlog::info("{}: stopping", signal == SIGINT ? "SIGINT" : "SIGTERM");
+        stop("signal");
+      }
     }
     if (items[2].revents & ZMQ_POLLIN) drainFd(wakeFd_);
   }
@@ -625,7 +742,7 @@ class Runner {
       spdlog::warn(
           "the link from {} is the bottleneck: its estimates ({:.0f} MB) take {:.2f} s to arrive "
           "({:.0f} Mbit/s) and rounds {:.2f} s{}",
-          topology_.node(node).id, megabytes, transferS, megabytes * 8 / transferS, roundS,
+          topology_->node(node).id, megabytes, transferS, megabytes * 8 / transferS, roundS,
           transferS > roundS ? "; they arrive rounds late and are mixed only when the round waits"
                              : "");
     }
@@ -642,7 +759,7 @@ class Runner {
       items = {{nullptr, signalFd_, ZMQ_POLLIN, 0}};
       transport_->append(items);
       zmq::poll(items, std::chrono::milliseconds(50));
-      if (items[0].revents & ZMQ_POLLIN) return;
+      if ((items[0].revents & ZMQ_POLLIN) && readSignal(signalFd_) != SIGHUP) return;
       if (transport_->serve(std::span(items).subspan(1), now())) receive();
       transport_->offerBuffers(now());
       const std::uint64_t progress = transport_->counters().bytesSent + transport_->unsent();
@@ -691,7 +808,7 @@ class Runner {
 
   const config::LoadedConfig& loaded_;
   config::NodeConfig cfg_;
-  const topology::Topology& topology_;
+  const topology::Topology* topology_;  // loaded_'s, or the last applied (graph_)
   std::size_t self_;
   StatusBoard& board_;
   int signalFd_;
@@ -725,6 +842,15 @@ class Runner {
   std::optional<HeldUpdate> held_;  // the trainer's update, until the emulated straggler's delay
   consensus::Straggler trainerStraggler_{config::stragglerSpec(cfg_)};
   std::optional<CheckpointWriter> checkpoints_;
+  struct PendingGraph {
+    config::AppliedTopology applied;
+    std::string file;
+    std::function<void(nlohmann::json)> reply;  // none for SIGHUP
+  };
+  std::optional<PendingGraph> pendingGraph_;        // checked, switched to between rounds
+  std::unique_ptr<const topology::Topology> graph_;  // the last applied
+  std::string topologyFile_ = cfg_.topology.file;
+  std::uint64_t topologyChanges_ = 0;
   std::int64_t joinedAtRound_ = -1;
   bool checkpointWanted_ = false;
   std::vector<std::function<void(nlohmann::json)>> checkpointReplies_;  // for the save wanted

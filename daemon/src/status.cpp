@@ -31,7 +31,8 @@ nlohmann::json neighborsJson(const StatusSnapshot& status) {
                     {"received_bytes", n.receivedBytes},
                     {"sent_bytes", n.sentBytes},
                     {"bytes_per_s", n.bytesPerSecond},
-                    {"transfer_ms", n.transferMs}});
+                    {"transfer_ms", n.transferMs},
+                    {"previous_graph", n.previousGraph}});
   }
   return list;
 }
@@ -55,6 +56,9 @@ nlohmann::json toJson(const StatusSnapshot& status) {
                         {"rounds_per_s", status.roundsPerSecond},
                         {"last_checkpoint_round", status.lastCheckpointRound},
                         {"joined_at_round", status.joinedAtRound},
+                        {"topology", status.topology},
+                        {"topology_hash", status.topologyHash},
+                        {"topology_changes", status.topologyChanges},
                         {"checkpoint_failures", status.checkpointFailures},
                         {"last_checkpoint_error", status.lastCheckpointError},
                         {"accept_failures", status.acceptFailures},

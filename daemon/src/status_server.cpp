@@ -18,7 +18,7 @@ namespace asio = boost::asio;
 namespace http = boost::beast::http;
 using Local = asio::local::stream_protocol;
 
-constexpr std::size_t kMaxRequest = std::size_t{64} * 1024;
+constexpr std::size_t kMaxRequest = kMaxStatusRequest;
 constexpr auto kIdleTimeout = std::chrono::seconds(30);
 
 nlohmann::json error(const std::string& message) {
@@ -312,8 +312,7 @@ std::optional<nlohmann::json> answerRequest(const std::string& line, const Statu
   if (!request.is_object() || !request.contains("cmd") || !request["cmd"].is_string()) {
     return error(
         "expected {\"cmd\": \"status\" | \"neighbors\" | \"history\" | \"config\" | \"set-policy\" "
-        "| "
-        "\"checkpoint\" | \"pause\" | \"resume\" | \"stop\"}");
+        "| \"apply\" | \"checkpoint\" | \"pause\" | \"resume\" | \"stop\"}");
   }
   const std::string name = request["cmd"].get<std::string>();
   if (name == "status" || name == "neighbors" || name == "history" || name == "config") {
@@ -337,8 +336,8 @@ std::optional<nlohmann::json> answerRequest(const std::string& line, const Statu
     }
     return nlohmann::json{{"ok", true}, {"history", rounds}};
   }
-  if (name == "set-policy" || name == "checkpoint" || name == "pause" || name == "resume" ||
-      name == "stop") {
+  if (name == "set-policy" || name == "apply" || name == "checkpoint" || name == "pause" ||
+      name == "resume" || name == "stop") {
     if (!trusted) return error("permission denied: '" + name + "' only from the daemon's own user");
     command.name = name;
     command.args = request;

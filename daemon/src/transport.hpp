@@ -129,6 +129,8 @@ class Transport {
   // edge keep exchanging while a change rolls out (docs/protocol.md,
   // "Changing the graph"). `next` must outlive the transport, or the next call.
   void setTopology(const topology::Topology& next, std::size_t self);
+  // Whether neighbour `node` still speaks the graph the last setTopology left.
+  bool onPreviousGraph(std::size_t node) const { return onPrevious_.count(node) != 0; }
 
   // Sends `payload` (kept alive by `owner` until every send completes) to
   // every out-neighbour as round `round`'s estimate; after link_delay if set.

@@ -215,6 +215,59 @@ TEST_CASE("a fresh node joining a running cluster takes its neighbours' estimate
   CHECK(b.params()[0] == doctest::Approx(2.0));  // (0 + 2 + 4) / 3, Metropolis on a ring
 }
 
+TEST_CASE("two fresh nodes joining side by side take the cluster's state, not each other's x_0") {
+  // n0 and n1 join together; n2 has run 500 rounds.
+  const Topology ring = graph("ring", 3);
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.roundSkipping = true;
+  options.peerTimeout = milliseconds(100);
+  const Eigen::VectorXd fellow = Eigen::VectorXd::Constant(1, 8.0);
+  const Eigen::VectorXd cluster = Eigen::VectorXd::Constant(1, 4.0);
+  const auto believeAhead = [](Engine& e, Time from, Time to) {
+    for (Time t = from; t <= to; t += ms(10)) e.onKeepAlive(2, 500, t);
+  };
+
+  // Both held: only the cluster's estimate is taken.
+  {
+    EngineOptions noSkip = options;
+    noSkip.roundSkipping = false;
+    Engine a(ring, 0, noSkip, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+    believeAhead(a, ms(0), ms(60));
+    REQUIRE(a.tryStart(ms(61)));
+    CHECK(a.onEstimate(1, 0, fellow.data(), ms(61)) == Receipt::Stored);
+    CHECK(a.onEstimate(2, 500, cluster.data(), ms(61)) == Receipt::Stored);
+    a.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(62));
+    const auto joined = a.tryFinish(ms(62));
+    REQUIRE(joined);
+    CHECK(joined->adopted);
+    CHECK(joined->responders == std::vector<std::size_t>{2});
+    CHECK(a.params()[0] == doctest::Approx(4.0));
+    CHECK(a.round() == 500);
+  }
+
+  // Only the fellow's in time: mixed as ever, and the node still joins
+  // when the cluster's estimate comes.
+  Engine b(ring, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  believeAhead(b, ms(0), ms(60));
+  REQUIRE(b.tryStart(ms(61)));
+  CHECK(b.onEstimate(1, 0, fellow.data(), ms(61)) == Receipt::Stored);
+  b.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(62));
+  const Time late = ms(62) + options.hardDeadline;
+  believeAhead(b, ms(70), late);
+  const auto first = b.tryFinish(late);
+  REQUIRE(first);
+  CHECK_FALSE(first->adopted);
+  CHECK(first->responders == std::vector<std::size_t>{1});
+  CHECK(b.round() == 1);
+  CHECK(b.onEstimate(2, 500, cluster.data(), late) == Receipt::Stored);
+  REQUIRE(b.tryStart(late));
+  b.onGradient(1, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, late);
+  const auto then = b.tryFinish(late);
+  REQUIRE(then);
+  CHECK(then->adopted);
+  CHECK(b.params()[0] == doctest::Approx(4.0));
+}
+
 TEST_CASE("plausible rounds: a run of claims ahead stays believed while it keeps coming") {
   // n1 is far ahead and the node cannot skip to it yet: every claim of the run,
   // however long it lasts, is taken once the first half timeout has passed.

@@ -77,6 +77,18 @@ inline constexpr const char* kRunningConfig = "<running config>";
 NodeConfig reconfigure(const NodeConfig& running, const std::vector<std::string>& overrides,
                        std::size_t inDegree);
 
+// A topology applied to a running node (`consensusctl apply`, SIGHUP),
+// checked as loadConfig checks the file at start and against what cannot
+// change while the node runs: the node is in it, at the endpoint it bound
+// and (with CURVE) with its key, every node has a key, and the wait policy
+// fits the node's degree there. Errors name the file, line and key.
+struct AppliedTopology {
+  topology::Topology graph;
+  std::size_t nodeIndex;
+};
+AppliedTopology checkTopology(const NodeConfig& running, const topology::NodeSpec& self,
+                              std::string_view text, const std::string& fileName);
+
 // The effective config as YAML (every key, defaults included).
 std::string toYaml(const NodeConfig& config);
 

@@ -40,6 +40,8 @@ struct NeighborStatus {
   // Its last estimate of several chunks, first chunk to last (0: none, or
   // estimates of one chunk).
   double transferMs = 0;
+  // After a topology change: it still speaks the graph this node left.
+  bool previousGraph = false;
 };
 
 // The attached trainer (model.kind: external).
@@ -76,6 +78,11 @@ struct StatusSnapshot {
   // Started fresh in a running cluster: the round at which it took its
   // neighbours' estimates (-1: it did not).
   std::int64_t joinedAtRound = -1;
+  // The graph it runs (its file, and the hash every message carries), and
+  // how many were applied since it started.
+  std::string topology;
+  std::string topologyHash;  // 16 hex digits
+  std::uint64_t topologyChanges = 0;
   std::uint64_t checkpointFailures = 0;  // periodic or asked-for checkpoints not written
   std::string lastCheckpointError;       // why the last one failed ("" if none has)
   std::uint64_t acceptFailures = 0;      // status/HTTP accepts that failed (EMFILE...)
@@ -110,7 +117,7 @@ nlohmann::json neighborsJson(const StatusSnapshot& status);
 
 // A request for the engine thread; `reply` is called there with the answer.
 struct Command {     // NOLINT(bugprone-exception-escape): moves of std::function and json
-  std::string name;  // set-policy, checkpoint, pause, resume, stop
+  std::string name;  // set-policy, apply, checkpoint, pause, resume, stop
   nlohmann::json args;
   std::function<void(nlohmann::json)> reply;
 };

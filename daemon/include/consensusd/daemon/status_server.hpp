@@ -1,12 +1,13 @@
 #pragma once
 // The status socket (DESIGN.md §7): a Unix stream socket speaking
 // line-delimited JSON, served by Boost.Asio on its own thread. Reads come
-// from the StatusBoard's snapshot; mutating commands (set-policy,
+// from the StatusBoard's snapshot; mutating commands (set-policy, apply,
 // checkpoint, pause, resume, stop) are accepted only from the daemon's own
 // uid (SO_PEERCRED) and answered by the engine thread. Requests are bounded
 // (64 KiB) and idle connections closed after 30 s; a bad request gets a JSON
 // error, never a crash.
 
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -16,6 +17,9 @@
 #include "consensusd/daemon/status.hpp"
 
 namespace consensusd::daemon {
+
+// The longest request line the status socket reads.
+inline constexpr std::size_t kMaxStatusRequest = std::size_t{64} * 1024;
 
 // An address this node must listen on cannot be had (in use, not bindable,
 // or a status socket a live daemon holds): exit 69, nothing else touched.
