@@ -122,7 +122,10 @@ void RoundEngine<Scalar>::setTopology(const topology::Topology& next, std::size_
     const auto kept = std::find_if(old.begin(), old.end(), [&](const Slot& slot) {
       return topology_->node(slot.node).id == id;
     });
-    slots_.push_back(kept != old.end() ? std::move(*kept) : newSlot(neighbor.index, now));
+    // A new neighbour counts once it speaks (two messages revive a suspect):
+    // it may not run yet, and a round must not wait a peer timeout for it.
+    slots_.push_back(kept != old.end() ? std::move(*kept)
+                                       : newSlot(neighbor.index, now - options_.peerTimeout));
     placeSlot(slots_.back(), neighbor, hops, next.size());
   }
   topology_ = &next;

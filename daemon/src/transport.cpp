@@ -160,10 +160,17 @@ void Transport::setTopology(const topology::Topology& next, std::size_t self) {
     receivers.at(in.index).peer = in.index;
   }
   // What speaks the old graph, in the new indices: every neighbour in both,
-  // until it says otherwise.
+  // until it says otherwise (a new one knows only the new graph).
+  std::set<std::size_t> wasNeighbor;
+  for (const auto* list : {&last.inNeighbors(self_), &last.outNeighbors(self_)})
+    for (const topology::Neighbor& n : *list) wasNeighbor.insert(n.index);
   std::set<std::size_t> onPrevious;
-  for (const auto& [index, link] : links) onPrevious.insert(index);
-  for (const auto& [index, receiver] : receivers) onPrevious.insert(index);
+  for (const auto* list : {&next.inNeighbors(self), &next.outNeighbors(self)}) {
+    for (const topology::Neighbor& n : *list) {
+      const auto before = last.indexOf(next.node(n.index).id);
+      if (before && wasNeighbor.count(*before) != 0) onPrevious.insert(n.index);
+    }
+  }
 
   previous_ = last;  // a copy: the caller replaces its own
   previousSelf_ = self_;

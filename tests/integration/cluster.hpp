@@ -19,21 +19,14 @@ namespace consensusd::testing {
 
 class Cluster {
  public:
-  // `nodes` = 1: a single node with no edges; otherwise a ring.
-  Cluster(std::size_t nodes, std::vector<std::string> overrides)
+  // `nodes` = 1: a single node with no edges; otherwise a ring
+  // (topology.yaml), of the first `ring` nodes when given (the others have
+  // configs, for a graph applied later).
+  Cluster(std::size_t nodes, std::vector<std::string> overrides, std::size_t ring = 0)
       : nodes_(nodes), overrides_(std::move(overrides)), basePort_(20000 + (getpid() % 600) * 20) {
-    std::string text = "name: test\nnodes:\n";
-    for (std::size_t i = 0; i < nodes; ++i) {
-      text += "  - {id: " + id(i) +
-              ", endpoint: \"tcp://127.0.0.1:" + std::to_string(basePort_ + static_cast<int>(i)) +
-              "\", status: \"" + socket(i) + "\"}\n";
-    }
-    text += "edges: [";
-    for (std::size_t i = 0; nodes > 1 && i < (nodes == 2 ? 1 : nodes); ++i) {
-      text += (i > 0 ? ", [" : "[") + id(i) + ", " + id((i + 1) % nodes) + "]";
-    }
-    text += "]\n";
-    dir_.write("topology.yaml", text);
+    std::vector<std::size_t> members(ring > 0 ? ring : nodes);
+    for (std::size_t i = 0; i < members.size(); ++i) members[i] = i;
+    writeRing("topology.yaml", members);
     for (std::size_t i = 0; i < nodes; ++i) {
       dir_.write(id(i) + ".yaml", "node: {id: " + id(i) +
                                       "}\ntopology: {file: topology.yaml}\nstatus: {socket: " +
@@ -42,6 +35,24 @@ class Cluster {
     }
     children_.resize(nodes);
     logs_.resize(nodes);
+  }
+
+  // A topology file in the cluster's folder: a ring of `members` in that
+  // order (one: no edges; two: one edge); returns its path.
+  std::string writeRing(const std::string& name, const std::vector<std::size_t>& members) const {
+    std::string text = "name: " + name.substr(0, name.find('.')) + "\nnodes:\n";
+    for (const std::size_t i : members) {
+      text += "  - {id: " + id(i) +
+              ", endpoint: \"tcp://127.0.0.1:" + std::to_string(basePort_ + static_cast<int>(i)) +
+              "\", status: \"" + socket(i) + "\"}\n";
+    }
+    const std::size_t n = members.size();
+    text += "edges: [";
+    for (std::size_t k = 0; n > 1 && k < (n == 2 ? 1 : n); ++k)
+      text += (k > 0 ? ", [" : "[") + id(members[k]) + ", " + id(members[(k + 1) % n]) + "]";
+    text += "]\n";
+    dir_.write(name, text);
+    return path(name);
   }
 
   static std::string id(std::size_t i) { return "n" + std::to_string(i); }
