@@ -298,10 +298,10 @@ AppliedTopology checkTopology(const NodeConfig& running, const topology::NodeSpe
   if (running.security.curve) {
     for (const topology::NodeSpec& node : graph.nodes()) {
       if (node.publicKey.empty())
-        throw InputError(fileName, node.at,
-                         "security.curve needs a public_key for every node; '" + node.id +
-                             "' has none",
-                         "nodes[" + std::to_string(*graph.indexOf(node.id)) + "].public_key");
+        throw InputError(
+            fileName, node.at,
+            "security.curve needs a public_key for every node; '" + node.id + "' has none",
+            "nodes[" + std::to_string(*graph.indexOf(node.id)) + "].public_key");
     }
     if (now.publicKey != self.publicKey)
       fail("public_key", "node '" + running.node.id +

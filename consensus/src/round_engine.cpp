@@ -106,7 +106,8 @@ void RoundEngine<Scalar>::placeSlot(Slot& slot, const topology::Neighbor& neighb
   slot.weight = neighbor.weight;
   // A neighbour that hears us (in h hops) runs at most max_lead rounds
   // ahead of each node on the way: lead bound and skip target both stop there.
-  const std::size_t h = hops[neighbor.index] != topology::kUnreachable ? hops[neighbor.index] : nodes;
+  const std::size_t h =
+      hops[neighbor.index] != topology::kUnreachable ? hops[neighbor.index] : nodes;
   slot.reach = addSaturating(0, options_.skipAhead + 1);
   for (std::size_t k = 0; k < h; ++k) slot.reach = addSaturating(slot.reach, options_.maxLead);
 }
@@ -665,7 +666,8 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   const std::int64_t mixRound = skip.value_or(round_);
   std::int64_t newestMixed = -1;
   for (const Slot& slot : slots_)
-    if (const auto* entry = usable(slot, mixRound)) newestMixed = std::max(newestMixed, entry->round);
+    if (const auto* entry = usable(slot, mixRound))
+      newestMixed = std::max(newestMixed, entry->round);
   // A fresh node that holds estimates of neighbours far ahead joins a
   // running cluster: its x is theirs alone (its own x_0, or a fellow
   // joiner's, would pull them back toward the start until mixing washed it

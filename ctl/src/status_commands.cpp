@@ -198,8 +198,8 @@ int runApply(const std::string& file, const Target& target) {
     nodes.emplace_back("", target.path());
   } else {
     for (const topology::NodeSpec& node : graph.nodes())
-      nodes.emplace_back(node.id, node.status.empty() ? "/run/consensusd/" + node.id + ".sock"
-                                                      : node.status);
+      nodes.emplace_back(
+          node.id, node.status.empty() ? "/run/consensusd/" + node.id + ".sock" : node.status);
   }
   // A node answers once between rounds: a round can take up to a peer timeout.
   constexpr auto kAnswerWithin = std::chrono::seconds(120);

@@ -19,7 +19,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr char kMagic[8] = {'C', 'N', 'S', 'D', 'C', 'K', 'P', '1'};
+// Format 2 names the node by a tag of its id (the same file resumes in a
+// graph where its index differs); format 1 named it by index in one graph.
+constexpr char kMagic[8] = {'C', 'N', 'S', 'D', 'C', 'K', 'P', '2'};
+constexpr char kMagicByIndex[8] = {'C', 'N', 'S', 'D', 'C', 'K', 'P', '1'};
+
+// FNV-1a, 32 bits: a node's id in the header's fixed field.
+std::uint32_t idTag(const std::string& id) {
+  std::uint32_t hash = 2166136261u;
+  for (const char c : id) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 16777619u;
+  }
+  return hash;
+}
 constexpr std::size_t kHeaderBytes = 8 + 8 + 8 + 4 + 4 + 8 + 4;  // magic .. vectors, see save()
 
 template <class T>
@@ -119,7 +132,7 @@ std::string CheckpointStore::save(const Checkpoint& checkpoint, std::span<const 
                 reinterpret_cast<const std::byte*>(kMagic) + 8);
   append(header, checkpoint.round);
   append(header, checkpoint.topologyHash);
-  append(header, checkpoint.node);
+  append(header, idTag(checkpoint.nodeId));
   append(header, static_cast<std::uint32_t>(checkpoint.dtype));
   append(header, checkpoint.dimension);
   if (!velocity.empty() && velocity.size() != params.size())
@@ -171,7 +184,8 @@ std::string CheckpointStore::save(const Checkpoint& checkpoint, std::span<const 
 std::variant<Checkpoint, std::string> parseCheckpoint(std::span<const std::byte> bytes,
                                                       const Checkpoint& expect) {
   if (bytes.size() < kHeaderBytes + 4) return "truncated: size " + std::to_string(bytes.size());
-  if (std::memcmp(bytes.data(), kMagic, 8) != 0) return "not a consensusd checkpoint";
+  const bool byIndex = std::memcmp(bytes.data(), kMagicByIndex, 8) == 0;
+  if (!byIndex && std::memcmp(bytes.data(), kMagic, 8) != 0) return "not a consensusd checkpoint";
   const std::size_t paramBytes = expect.dimension * wire::bytesPer(expect.dtype);
   // Files of the first format wrote 0 here and held the parameters only.
   const auto vectors = std::max<std::uint32_t>(1, read<std::uint32_t>(bytes, 40));
@@ -187,9 +201,13 @@ std::variant<Checkpoint, std::string> parseCheckpoint(std::span<const std::byte>
   checkpoint.node = read<std::uint32_t>(bytes, 24);
   checkpoint.dtype = static_cast<wire::Dtype>(read<std::uint32_t>(bytes, 28));
   checkpoint.dimension = read<std::uint64_t>(bytes, 32);
-  if (checkpoint.topologyHash != expect.topologyHash || checkpoint.node != expect.node ||
-      checkpoint.dtype != expect.dtype || checkpoint.dimension != expect.dimension)
-    return "written for another topology, node, dtype or model";
+  const bool sameNode =
+      byIndex ? checkpoint.topologyHash == expect.topologyHash && checkpoint.node == expect.node
+              : checkpoint.node == idTag(expect.nodeId);
+  if (!sameNode || checkpoint.dtype != expect.dtype || checkpoint.dimension != expect.dimension)
+    return byIndex ? "written for another topology, node, dtype or model"
+                   : "written for another node, dtype or model";
+  checkpoint.nodeId = expect.nodeId;
   const auto params = bytes.subspan(kHeaderBytes, paramBytes);
   checkpoint.params.assign(params.begin(), params.end());
   if (vectors == 2) {

@@ -33,6 +33,9 @@ std::optional<Checkpoint> CheckpointWriter::resume() {
   if (loaded.checkpoint) {
     lastRound_ = loaded.checkpoint->round;
     spdlog::info("resumed from {} (round {})", loaded.path, lastRound_);
+    if (loaded.checkpoint->topologyHash != identity_.topologyHash)
+      spdlog::info("the checkpoint was written in another graph (hash {:016x}; now {:016x})",
+                   loaded.checkpoint->topologyHash, identity_.topologyHash);
   }
   return std::move(loaded.checkpoint);
 }
@@ -74,6 +77,7 @@ void CheckpointWriter::loop() {
     try {
       Checkpoint checkpoint = identity_;
       checkpoint.round = job.round;
+      checkpoint.topologyHash = job.topologyHash;
       done.path = store_.save(checkpoint, job.params, job.velocity);
     } catch (const std::exception& e) {  // no exception leaves this thread (STYLE.md, errors)
       done.error = e.what();

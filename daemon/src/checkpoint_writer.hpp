@@ -27,8 +27,9 @@ namespace consensusd::daemon {
 
 class CheckpointWriter {
  public:
-  // `identity`: topology hash, node, dtype and dimension every file must
-  // match. `doneFd`: an eventfd written when a save ends.
+  // `identity`: node, dtype and dimension every file must match (files of
+  // the first format: also its index and topology hash). `doneFd`: an eventfd written when a save
+  // ends.
   CheckpointWriter(std::string folder, std::size_t keep, Checkpoint identity, int doneFd);
   ~CheckpointWriter();  // waits for a save under way
   CheckpointWriter(const CheckpointWriter&) = delete;
@@ -42,6 +43,7 @@ class CheckpointWriter {
   // buffer kept for the next save.
   struct State {
     std::int64_t round = 0;
+    std::uint64_t topologyHash = 0;  // the graph it was trained in (a later one may read it)
     std::shared_ptr<const void> owner;
     std::span<const std::byte> params;
     std::span<const std::byte> velocity;

@@ -176,6 +176,7 @@ class Runner {
   void resume() {
     Checkpoint identity;
     identity.topologyHash = topology_->hash();
+    identity.nodeId = cfg_.node.id;
     identity.node = static_cast<std::uint32_t>(self_);
     identity.dtype = dtype();
     identity.dimension = dimension_;
@@ -276,7 +277,7 @@ class Runner {
     // x_k is held, not copied: the engine mixes into a fresh buffer meanwhile.
     std::shared_ptr<const Vector> params = engine_->sharedParams();
     checkpoints_->start(
-        {engine_->round(), params, bytesOf(*params),
+        {engine_->round(), topology_->hash(), params, bytesOf(*params),
          engine_->keepsVelocity() ? bytesOf(engine_->velocity()) : std::span<const std::byte>()});
     checkpointWanted_ = false;
     savingReplies_.swap(checkpointReplies_);
@@ -308,7 +309,8 @@ class Runner {
                        std::move(command.reply));
           continue;
         }
-        answer = {{"ok", false}, {"error", "apply needs \"topology\" (the file's text) and \"file\""}};
+        answer = {{"ok", false},
+                  {"error", "apply needs \"topology\" (the file's text) and \"file\""}};
       } else if (command.name == "stop") {
         stop("stop");
       } else if (command.name == "pause") {
@@ -389,8 +391,8 @@ class Runner {
     spdlog::info(
         "topology {} applied at round {}: {} nodes, degree {}, hash {}; neighbours added {}, "
         "removed {}",
-        pending.file, engine_->round(), topology_->size(), engine_->degree(),
-        hashText(*topology_), added.dump(), removed.dump());
+        pending.file, engine_->round(), topology_->size(), engine_->degree(), hashText(*topology_),
+        added.dump(), removed.dump());
     publishStatus();
     if (pending.reply)
       pending.reply({{"ok", true},
@@ -405,8 +407,7 @@ class Runner {
   static std::set<std::string> neighborIds(const topology::Topology& graph, std::size_t node) {
     std::set<std::string> ids;
     for (const topology::Neighbor& n : graph.inNeighbors(node)) ids.insert(graph.node(n.index).id);
-    for (const topology::Neighbor& n : graph.outNeighbors(node))
-      ids.insert(graph.node(n.index).id);
+    for (const topology::Neighbor& n : graph.outNeighbors(node)) ids.insert(graph.node(n.index).id);
     return ids;
   }
   static std::string hashText(const topology::Topology& graph) {
@@ -470,8 +471,7 @@ class Runner {
   // holds the next round, so that it saves the round it was wanted at (the
   // engine thread keeps serving meanwhile).
   bool mayStart() const {
-    return !paused_ && !stopping_ && !awaitingTrainerInit_ && !checkpointWanted_ &&
-           !pendingGraph_;
+    return !paused_ && !stopping_ && !awaitingTrainerInit_ && !checkpointWanted_ && !pendingGraph_;
   }
   // The round's parameters are the engine's own buffer, shared (not
   // copied) by every send and the compute job, which only read them.
@@ -505,7 +505,7 @@ class Runner {
     const bool engineIdle = engine_->phase() == consensus::RoundEngine<Scalar>::Phase::Idle;
     status->phase = paused_                           ? "paused"
                     : engineIdle && checkpointWanted_ ? "checkpointing"  // held for the writer
-                    : engineIdle && pendingGraph_     ? "applying"  // a new graph, next
+                    : engineIdle && pendingGraph_     ? "applying"       // a new graph, next
                     : engineIdle                      ? "idle"
                                                       : "waiting";
     status->policy = cfg_.consensus.policy;
@@ -847,7 +847,7 @@ class Runner {
     std::string file;
     std::function<void(nlohmann::json)> reply;  // none for SIGHUP
   };
-  std::optional<PendingGraph> pendingGraph_;        // checked, switched to between rounds
+  std::optional<PendingGraph> pendingGraph_;         // checked, switched to between rounds
   std::unique_ptr<const topology::Topology> graph_;  // the last applied
   std::string topologyFile_ = cfg_.topology.file;
   std::uint64_t topologyChanges_ = 0;

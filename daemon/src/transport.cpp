@@ -280,8 +280,7 @@ Transport::Link Transport::makeLink(std::size_t peer) {
   dealer.set(zmq::sockopt::heartbeat_timeout, 5000);
   dealer.set(zmq::sockopt::reconnect_ivl, 100);
   dealer.set(zmq::sockopt::reconnect_ivl_max, 2000);
-  if (options_.curve)
-    curve::makeClient(dealer, *options_.curve, topology_->node(peer).publicKey);
+  if (options_.curve) curve::makeClient(dealer, *options_.curve, topology_->node(peer).publicKey);
   dealer.connect(topology_->node(peer).endpoint);
   Link link;
   link.dealer = std::move(dealer);

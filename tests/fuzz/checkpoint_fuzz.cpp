@@ -14,6 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                                          std::pair{wire::Dtype::Float64, std::uint64_t{3}}}) {
     daemon::Checkpoint expect;
     expect.topologyHash = 0x0123456789abcdef;
+    expect.nodeId = "n2";
     expect.node = 2;
     expect.dtype = dtype;
     expect.dimension = dimension;

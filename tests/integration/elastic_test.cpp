@@ -2,9 +2,8 @@
 // graph applied to running nodes (consensusctl apply, SIGHUP), nodes added
 // and removed, bad files, a node down during the change.
 
-#include <signal.h>
-
 #include <doctest/doctest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <fstream>
@@ -107,7 +106,8 @@ TEST_CASE("a ring of 8 grows to 10 while it trains: newcomers start from the clu
   CHECK(applied.out.find("n0: applied at round") != std::string::npos);
   CHECK(applied.out.find("neighbours added [\"n9\"], removed [\"n7\"]") != std::string::npos);
   CHECK(applied.out.find("n3: applied at round") != std::string::npos);
-  for (const std::size_t i : {std::size_t{8}, std::size_t{9}}) cluster.start(i, {"topology.file=" + ring10});
+  for (const std::size_t i : {std::size_t{8}, std::size_t{9}})
+    cluster.start(i, {"topology.file=" + ring10});
   REQUIRE(waitFor([&] { return allAnswer(cluster, {8, 9}); }, 60s));
 
   INFO(cluster.logTails(20));
@@ -161,7 +161,8 @@ TEST_CASE("a ring of 8 grows to 10 while it trains: newcomers start from the clu
   }
 }
 
-TEST_CASE("a ring of 8 shrinks to 6: no round waits for the removed, one still running is refused") {
+TEST_CASE(
+    "a ring of 8 shrinks to 6: no round waits for the removed, one still running is refused") {
   Cluster cluster(8, kTraining);
   cluster.startAll();
   REQUIRE(waitFor([&] { return allAnswer(cluster, range(0, 8)); }, 60s));
@@ -223,7 +224,9 @@ TEST_CASE("a bad topology applied is refused with its file and line, and nothing
   }
   cluster.child(0).signal(SIGHUP);
   REQUIRE(waitFor(
-      [&] { return cluster.log(0).find("topology not applied (nothing changed)") != std::string::npos; },
+      [&] {
+        return cluster.log(0).find("topology not applied (nothing changed)") != std::string::npos;
+      },
       30s));
   const json after = status(cluster, 0);
   CHECK(after["topology_hash"] == before["topology_hash"]);
@@ -233,7 +236,8 @@ TEST_CASE("a bad topology applied is refused with its file and line, and nothing
   CHECK(cluster.child(0).running());
 }
 
-TEST_CASE("SIGHUP applies the rewritten topology file; a node down during the change resumes with it") {
+TEST_CASE(
+    "SIGHUP applies the rewritten topology file; a node down during the change resumes with it") {
   // A ring of 4; n3 goes down, the file becomes a ring of 0, 1, 3, 2 (n3 and
   // n2 swap places), and the others reload it. n3 comes back from its checkpoint.
   Cluster cluster(4, with(kTraining, {"checkpoint.every_rounds=50"}));

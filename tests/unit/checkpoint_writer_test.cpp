@@ -26,6 +26,7 @@ namespace {
 Checkpoint identity() {
   Checkpoint c;
   c.topologyHash = 0x1234;
+  c.nodeId = "n2";
   c.node = 2;
   c.dtype = wire::Dtype::Float32;
   c.dimension = 3;
@@ -53,7 +54,7 @@ std::optional<std::string> save(CheckpointWriter& writer, std::int64_t round,
                                 const std::vector<std::byte>& params,
                                 const std::vector<std::byte>& velocity) {
   REQUIRE_FALSE(writer.busy());
-  writer.start({round, nullptr, params, velocity});
+  writer.start({round, 0x1234, nullptr, params, velocity});
   writer.wait();
   const auto outcome = writer.takeOutcome();
   REQUIRE(outcome.has_value());
@@ -91,7 +92,7 @@ TEST_CASE("checkpoint writer: a fresh folder resumes nothing, a save resumes") {
 
   // Another node's identity finds nothing of its own there.
   Checkpoint other = identity();
-  other.node = 3;
+  other.nodeId = "n3";
   CHECK_FALSE(CheckpointWriter(dir.path() + "/ckpt", 2, other, done.fd).resume().has_value());
 }
 
@@ -125,7 +126,7 @@ TEST_CASE("checkpoint writer: a save that stalls leaves its caller free and its 
 
   auto params = std::make_shared<std::vector<std::byte>>(bytes(1, 2, 3));
   auto velocity = bytes(4, 5, 6);
-  writer.start({7, params, *params, velocity});
+  writer.start({7, 0x1234, params, *params, velocity});
   // The caller goes on: it changes its velocity, and the save is still under way.
   velocity = bytes(-1, -1, -1);
   CHECK(writer.busy());

@@ -215,7 +215,7 @@ TEST_CASE("checkpoints: newest valid wins, torn or corrupt ones are reported and
   daemon::CheckpointStore store(dir.path() + "/ckpt", 2);
   daemon::Checkpoint checkpoint;
   checkpoint.topologyHash = 7;
-  checkpoint.node = 1;
+  checkpoint.nodeId = "n1";
   checkpoint.dimension = 4;
   const auto paramsOf = [](float value) {
     std::vector<std::byte> bytes(16);
@@ -327,6 +327,7 @@ TEST_CASE("the checkpoint format is stable: save writes the fuzz seeds byte for 
   };
   daemon::Checkpoint checkpoint;
   checkpoint.topologyHash = 0x0123456789abcdef;
+  checkpoint.nodeId = "n2";
   checkpoint.node = 2;
   checkpoint.dimension = 6;
   checkpoint.params = floats({0.5f, -1.25f, 3.0f, 0.0f, 1e-3f, -7.5f});
@@ -343,6 +344,29 @@ TEST_CASE("the checkpoint format is stable: save writes the fuzz seeds byte for 
   same(120, "params");
   checkpoint.velocity = floats({0.01f, 0.02f, -0.03f, 0.0f, 0.0f, 0.5f});
   same(4000, "params-velocity");
+
+  // The node is named by id: the same file resumes in another graph, at
+  // another index; never as another node.
+  daemon::Checkpoint elsewhere = checkpoint;
+  elsewhere.topologyHash = 0x42;
+  elsewhere.node = 7;
+  const auto moved = daemon::parseCheckpoint(bytesOf(seeds + "params"), elsewhere);
+  REQUIRE(std::holds_alternative<daemon::Checkpoint>(moved));
+  CHECK(std::get<daemon::Checkpoint>(moved).topologyHash == 0x0123456789abcdef);  // as written
+  elsewhere.nodeId = "n3";
+  CHECK(std::get<std::string>(daemon::parseCheckpoint(bytesOf(seeds + "params"), elsewhere)) ==
+        "written for another node, dtype or model");
+
+  // Files that named the node by index (before ids) load in their own graph only.
+  const auto byIndex =
+      daemon::parseCheckpoint(bytesOf(seeds + "by-index-params-velocity"), checkpoint);
+  REQUIRE(std::holds_alternative<daemon::Checkpoint>(byIndex));
+  CHECK(std::get<daemon::Checkpoint>(byIndex).round == 4000);
+  CHECK(std::get<daemon::Checkpoint>(byIndex).velocity == checkpoint.velocity);
+  elsewhere.nodeId = "n2";
+  CHECK(std::get<std::string>(
+            daemon::parseCheckpoint(bytesOf(seeds + "by-index-params"), elsewhere)) ==
+        "written for another topology, node, dtype or model");
 
   // The first format (vector count 0, parameters only) still loads.
   checkpoint.velocity.clear();

@@ -571,7 +571,8 @@ Topology graphOf(const std::vector<std::string>& ids,
 
 }  // namespace
 
-TEST_CASE("a new topology between rounds: neighbours kept by id, new ones added, gone ones dropped") {
+TEST_CASE(
+    "a new topology between rounds: neighbours kept by id, new ones added, gone ones dropped") {
   // A ring n0-n1-n2-n3; then n1 leaves and n4 comes between n0 and n2.
   const Topology before =
       graphOf({"n0", "n1", "n2", "n3"}, {{"n0", "n1"}, {"n1", "n2"}, {"n2", "n3"}, {"n3", "n0"}});
@@ -583,7 +584,7 @@ TEST_CASE("a new topology between rounds: neighbours kept by id, new ones added,
   const Eigen::VectorXd four = Eigen::VectorXd::Constant(1, 4.0);
   const Eigen::VectorXd six = Eigen::VectorXd::Constant(1, 6.0);
   CHECK(a.onEstimate(3, 0, four.data(), ms(1)) == Receipt::Stored);  // n3 (index 3)
-  CHECK(a.onKeepAlive(1, 0, ms(1)) == Receipt::Stored);               // n1 (index 1)
+  CHECK(a.onKeepAlive(1, 0, ms(1)) == Receipt::Stored);              // n1 (index 1)
 
   a.setTopology(after, 0, ms(2));
   REQUIRE(a.degree() == 2);

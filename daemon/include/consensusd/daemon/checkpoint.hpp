@@ -23,8 +23,11 @@ namespace consensusd::daemon {
 
 struct Checkpoint {
   std::int64_t round = 0;  // the next round to run
+  // The graph it was written in: a node that runs another one since (a
+  // change applied, a new file at restart) still resumes from it.
   std::uint64_t topologyHash = 0;
-  std::uint32_t node = 0;
+  std::string nodeId;      // files hold a 32-bit tag of it
+  std::uint32_t node = 0;  // the node's index: files of the first format are matched by it
   wire::Dtype dtype = wire::Dtype::Float32;
   std::uint64_t dimension = 0;
   std::vector<std::byte> params;    // dimension x bytesPer(dtype)
@@ -32,7 +35,8 @@ struct Checkpoint {
 };
 
 // One checkpoint file's bytes, checked (magic, size, CRC) and matched
-// against `expect` (dimension, dtype, node, topology hash); or why not.
+// against `expect` (dimension, dtype, node id; a file of the first format,
+// which named the node by index, its index and topology hash); or why not.
 std::variant<Checkpoint, std::string> parseCheckpoint(std::span<const std::byte> bytes,
                                                       const Checkpoint& expect);
 
@@ -57,8 +61,8 @@ class CheckpointStore {
     std::vector<Rejected> rejected;    // newer files that failed
     std::vector<std::string> skipped;  // named like checkpoints but not regular files
   };
-  // The newest checkpoint that verifies and matches `expect` (its dimension,
-  // dtype, node and topology hash); rejected files are listed, never deleted.
+  // The newest checkpoint that verifies and matches `expect` (parseCheckpoint);
+  // rejected files are listed, never deleted.
   Loaded loadNewest(const Checkpoint& expect) const;
 
   // Renames rejected files to `<name>.rejected`: kept for inspection, no
