@@ -201,9 +201,18 @@ void RoundEngine<Scalar>::heard(Slot& slot, Time now) {
 }
 
 template <class Scalar>
+bool RoundEngine<Scalar>::countedOut(std::size_t slot, Time now) const {
+  // Further behind than the lead bound ever lets a neighbour fall: it is new
+  // or back from an absence, and catches up by skipping to us; waiting for
+  // it (or holding our lead to it) would stall us while it does.
+  const std::int64_t reach = addSaturating(options_.maxLead, options_.skipAhead);
+  return suspect(slot, now) || addSaturating(slots_[slot].newestRound, reach) < round_;
+}
+
+template <class Scalar>
 std::size_t RoundEngine<Scalar>::liveCount(Time now) const {
   std::size_t live = 0;
-  for (std::size_t s = 0; s < slots_.size(); ++s) live += suspect(s, now) ? 0u : 1u;
+  for (std::size_t s = 0; s < slots_.size(); ++s) live += countedOut(s, now) ? 0u : 1u;
   return live;
 }
 
@@ -233,7 +242,7 @@ template <class Scalar>
 PolicyContext RoundEngine<Scalar>::policyContext(Time now) {
   views_.clear();
   for (std::size_t s = 0; s < slots_.size(); ++s)
-    views_.push_back({s, slots_[s].weight, !suspect(s, now), slots_[s].distanceSq});
+    views_.push_back({s, slots_[s].weight, !countedOut(s, now), slots_[s].distanceSq});
   PolicyContext context;
   context.round = round_;
   context.now = now;
@@ -258,9 +267,10 @@ template <class Scalar>
 std::optional<typename RoundEngine<Scalar>::Start> RoundEngine<Scalar>::tryStart(Time now) {
   if (phase_ != Phase::Idle) return std::nullopt;
   // Lead bound (stale-synchronous): never more than max_lead rounds ahead of
-  // any live neighbour's newest round; suspects do not hold us back.
+  // any live neighbour's newest round; suspects, and neighbours catching up
+  // from far behind, do not hold us back.
   for (std::size_t s = 0; s < slots_.size(); ++s) {
-    if (!suspect(s, now) && round_ > addSaturating(slots_[s].newestRound, options_.maxLead)) {
+    if (!countedOut(s, now) && round_ > addSaturating(slots_[s].newestRound, options_.maxLead)) {
       if (!blockedSince_) blockedSince_ = now;
       return std::nullopt;
     }
@@ -561,7 +571,7 @@ template <class Scalar>
 std::optional<std::int64_t> RoundEngine<Scalar>::skipTarget(Time now) const {
   std::vector<std::int64_t> rounds;
   for (std::size_t s = 0; s < slots_.size(); ++s) {
-    if (!suspect(s, now) && slots_[s].newestRound >= 0) rounds.push_back(slots_[s].newestRound);
+    if (!countedOut(s, now) && slots_[s].newestRound >= 0) rounds.push_back(slots_[s].newestRound);
   }
   if (rounds.empty()) return std::nullopt;
   std::sort(rounds.begin(), rounds.end());

@@ -562,6 +562,7 @@ class Runner {
     status->discarded = traffic.discards();
     status->sends = traffic.sendEvents();
     status->connectionsClosed = traffic.connectionsClosed;
+    status->removedBy = traffic.removedBy;
     status->bytesSent = traffic.bytesSent;
     status->bytesReceived = bytesReceived();
     status->samples = samples_;

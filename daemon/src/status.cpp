@@ -59,6 +59,7 @@ nlohmann::json toJson(const StatusSnapshot& status) {
                         {"topology", status.topology},
                         {"topology_hash", status.topologyHash},
                         {"topology_changes", status.topologyChanges},
+                        {"removed_by", status.removedBy},
                         {"checkpoint_failures", status.checkpointFailures},
                         {"last_checkpoint_error", status.lastCheckpointError},
                         {"accept_failures", status.acceptFailures},

@@ -162,8 +162,14 @@ void Transport::setTopology(const topology::Topology& next, std::size_t self) {
   // What speaks the old graph, in the new indices: every neighbour in both,
   // until it says otherwise (a new one knows only the new graph).
   std::set<std::size_t> wasNeighbor;
-  for (const auto* list : {&last.inNeighbors(self_), &last.outNeighbors(self_)})
-    for (const topology::Neighbor& n : *list) wasNeighbor.insert(n.index);
+  previousNeighbors_.clear();
+  toldRemoved_.clear();
+  for (const auto* list : {&last.inNeighbors(self_), &last.outNeighbors(self_)}) {
+    for (const topology::Neighbor& n : *list) {
+      wasNeighbor.insert(n.index);
+      previousNeighbors_.insert(last.node(n.index).id);
+    }
+  }
   std::set<std::size_t> onPrevious;
   for (const auto* list : {&next.inNeighbors(self), &next.outNeighbors(self)}) {
     for (const topology::Neighbor& n : *list) {
@@ -475,7 +481,8 @@ void Transport::sendControl(wire::Kind kind, std::int64_t round, std::uint64_t f
 void Transport::keepAlive(std::int64_t round, Time now, bool idle) {
   owner_.check();
   for (auto& [node, link] : links_) {
-    if (link.helloWaiting) continue;  // the one waiting says as much
+    if (!listens_) receiveReplies(link, now);  // a BYE saying it removed us, if any
+    if (link.helloWaiting) continue;           // the one waiting says as much
     link.helloWaiting = true;
     // Whether an estimate in chunks to it is under way: a control goes out
     // before the next chunk, so this is still true when the HELLO leaves.
@@ -513,7 +520,9 @@ void Transport::receiveReplies(Link& link, Time now) {
         why = *bad;
       } else {
         h = std::get<wire::Header>(decoded);
-        if (h.kind != wire::Kind::Ready && h.kind != wire::Kind::Resync) why = wire::Reject::Kind;
+        const bool removed = h.kind == wire::Kind::Bye && h.flags == wire::kByeRemoved;
+        if (h.kind != wire::Kind::Ready && h.kind != wire::Kind::Resync && !removed)
+          why = wire::Reject::Kind;
         const std::optional<Spoken> spoken = spokenBy(link.peer, h.topologyHash);
         if (!why && (!spoken || h.sender != spoken->sender))
           why = wire::Reject::Sender;
@@ -528,6 +537,17 @@ void Transport::receiveReplies(Link& link, Time now) {
       continue;
     }
     noteGraph(link.peer, h);
+    if (h.kind == wire::Kind::Bye) {  // it dropped us: counted out like a node that left
+      if (loggedRejects_.insert(topology_->node(link.peer).id + "/removed").second)
+        spdlog::warn(
+            "{} removed this node from its graph: it no longer mixes our estimates "
+            "(apply the new topology here, or stop this node)",
+            topology_->node(link.peer).id);
+      ++counters_.removedBy;
+      if (replies_.size() < links_.size())
+        replies_.push_back(Inbound{link.peer, h, false, nullptr, {}});
+      continue;
+    }
     if (h.kind == wire::Kind::Resync) {
       if (options_.expect.compression == consensus::Compression::None) continue;
       link.copyRound = -1;
@@ -580,14 +600,21 @@ Transport::Identity Transport::identify(const std::vector<zmq::message_t>& frame
 
 std::optional<std::variant<Inbound, Rejected>> Transport::receive(Time now) {
   owner_.check();
+  if (!replies_.empty()) {
+    Inbound reply = std::move(replies_.front());
+    replies_.pop_front();
+    return reply;
+  }
   std::vector<zmq::message_t> frames;
   if (!zmq::recv_multipart(router_, std::back_inserter(frames), zmq::recv_flags::dontwait))
     return std::nullopt;
   const Identity who = identify(frames);
   std::optional<std::size_t> from = who.peer;
   const bool misread = !zap_ && frames[0].size() == wire::kHeaderSize;
-  if (!from && (!misread || frames.size() != 3))
+  if (!from && (!misread || frames.size() != 3)) {
+    tellRemoved(who.name, frames[0].to_string(), now);
     return reject(std::nullopt, wire::Reject::NotNeighbor, "identity '" + who.name + "'");
+  }
   if (who.foreignId)  // a key may only use its own node's id
     return reject(from, wire::Reject::Sender, "routing id of another node");
   if (frames.size() != 3) return reject(from, wire::Reject::Frames);
@@ -730,6 +757,23 @@ void Transport::reply(Receiver& in, const wire::Header& h) {
   router_.send(zmq::message_t(), zmq::send_flags::dontwait);
 }
 
+void Transport::tellRemoved(const std::string& id, const std::string& routingId, Time now) {
+  if (!previous_ || previousNeighbors_.count(id) == 0) return;
+  const auto [due, fresh] = toldRemoved_.try_emplace(id, now);
+  if (!fresh && now < due->second) return;
+  due->second = now + options_.peerTimeout;
+  wire::Header h = header(wire::Kind::Bye, lastSent_ ? lastSent_->header.round : 0);
+  h.sender = static_cast<std::uint32_t>(previousSelf_);
+  h.topologyHash = previous_->hash();
+  h.flags = wire::kByeRemoved;
+  const auto bytes = wire::encode(h);
+  if (!router_.send(zmq::buffer(routingId), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+    return;
+  if (!router_.send(zmq::buffer(bytes), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+    return;
+  router_.send(zmq::message_t(), zmq::send_flags::dontwait);
+}
+
 void Transport::offerBuffers(Time now) {
   owner_.check();
   for (auto& [peer, in] : receivers_) {
@@ -790,6 +834,7 @@ void Transport::settle(const Inbound& message, consensus::Receipt receipt, Time 
     ++counters_.discarded[static_cast<std::size_t>(Discard::Stale)];
   if (receipt == consensus::Receipt::Duplicate)
     ++counters_.discarded[static_cast<std::size_t>(Discard::Duplicate)];
+  if (message.header.kind == wire::Kind::Bye && message.header.flags == wire::kByeRemoved) return;
   welcome(message.from, now);
   if (message.header.kind == wire::Kind::Hello)
     onKeepAliveRound(message.from, message.header.round, message.header.base, now);
@@ -880,7 +925,7 @@ bool Transport::serve(std::span<const zmq::pollitem_t> items, Time now) {
     if (items[3 + w].revents & ZMQ_POLLIN) receiveReplies(*waiting_[w], now);
     if (items[3 + w].revents & ZMQ_POLLOUT) flush(*waiting_[w], now);
   }
-  return (items[0].revents & ZMQ_POLLIN) != 0;
+  return (items[0].revents & ZMQ_POLLIN) != 0 || !replies_.empty();
 }
 
 }  // namespace consensusd::daemon

@@ -61,7 +61,8 @@ struct TrafficCounters {
   std::array<std::uint64_t, wire::kRejectReasons> rejected{};
   std::array<std::uint64_t, 2> discarded{};
   std::array<std::uint64_t, 3> sends{};
-  std::uint64_t connectionsClosed = 0;                // by peers or by ZeroMQ (oversized frames)
+  std::uint64_t connectionsClosed = 0;  // by peers or by ZeroMQ (oversized frames)
+  std::uint64_t removedBy = 0;          // neighbours' BYEs saying they removed us from their graph
   std::map<std::size_t, std::uint64_t> rejectedFrom;  // per in-neighbour (topology index)
   std::uint64_t bytesSent = 0;                        // estimate payload handed to ZeroMQ
   std::map<std::size_t, std::uint64_t> sentTo;        // the same per out-neighbour
@@ -288,6 +289,9 @@ class Transport {
   void sendReady(Receiver& in);
   // A control on the connection `in` speaks on (READY, RESYNC); dropped if it is gone.
   void reply(Receiver& in, const wire::Header& h);
+  // A neighbour the last change removed, still sending on `routingId`: told
+  // so (BYE flagged removed, in the graph it runs), at most once per peer timeout.
+  void tellRemoved(const std::string& id, const std::string& routingId, consensus::Time now);
   void noteRoutingId(std::size_t peer, const std::string& routingId);
   Identity identify(const std::vector<zmq::message_t>& frames) const;
   Rejected reject(std::optional<std::size_t> peer, wire::Reject reason,
@@ -312,7 +316,9 @@ class Transport {
   TransportOptions options_;
   std::size_t estimateBytes_;
   bool chunked_;  // estimates of more than one chunk
-  bool listens_;  // DEALERs read replies: READY (in chunks), RESYNC (compressed)
+  // DEALERs read replies when polled: READY (in chunks), RESYNC (compressed);
+  // else at each keep-alive (a BYE flagged removed is all that comes).
+  bool listens_;
 
   zmq::context_t context_{1};
   zmq::socket_t router_;
@@ -331,6 +337,9 @@ class Transport {
   std::deque<Outgoing> delayed_;      // held back by link_delay, oldest first
   std::optional<Outgoing> lastSent_;  // sent again to a neighbour that comes back
   std::set<std::string> loggedRejects_;
+  std::map<std::string, consensus::Time> toldRemoved_;  // id -> when it may be told again
+  std::set<std::string> previousNeighbors_;             // ids: the graph we left's neighbours
+  std::deque<Inbound> replies_;  // handed out by receive() before the ROUTER's messages
   TrafficCounters counters_;
   std::mt19937_64 grants_;  // READY ids
   // Payloads (whole estimates or chunks) ZeroMQ holds: its I/O thread

@@ -74,10 +74,10 @@ consensusd::testing::ProcessResult apply(const std::vector<std::string>& args) {
 }
 
 // The longest round of `node` that ended after `since` (seconds of its clock).
-double longestRoundSince(const Cluster& cluster, std::size_t node, double since) {
-  double longest = 0;
+json longestRoundSince(const Cluster& cluster, std::size_t node, double since) {
+  json longest = {{"duration_ms", 0.0}};
   for (const json& r : records(cluster, node))
-    if (r["t"].get<double>() > since) longest = std::max(longest, r["duration_ms"].get<double>());
+    if (r["t"].get<double>() > since && r["duration_ms"] > longest["duration_ms"]) longest = r;
   return longest;
 }
 
@@ -157,7 +157,9 @@ TEST_CASE("a ring of 8 grows to 10 while it trains: newcomers start from the clu
   REQUIRE(waitFor([&] { return roundOf(cluster, 3) > roundOf(cluster, 8) - 5; }, 30s));
   for (std::size_t i = 1; i < 7; ++i) {
     CAPTURE(i);
-    CHECK(longestRoundSince(cluster, i, since[i]) < kPeerTimeoutMs / 2.0);
+    const json longest = longestRoundSince(cluster, i, since[i]);
+    CAPTURE(longest.dump());
+    CHECK(longest["duration_ms"].get<double>() < kPeerTimeoutMs / 2.0);
   }
 }
 
@@ -185,9 +187,22 @@ TEST_CASE(
   // n7 is still sending to n0, which refuses and counts it.
   REQUIRE(cluster.child(7).running());
   CHECK(waitFor([&] { return status(cluster, 0)["rejects"].value("not_neighbor", 0) > 0; }, 30s));
+  // ... and tells it why: n7 counts n0 out as a neighbour that left.
+  CHECK(waitFor([&] { return status(cluster, 7)["removed_by"].get<std::uint64_t>() > 0; }, 30s));
+  CHECK(cluster.log(7).find("n0 removed this node from its graph") != std::string::npos);
+  CHECK(waitFor(
+      [&] {
+        const json seen = ask(cluster, 7, {{"cmd", "neighbors"}});  // a local: no dangling
+        for (const auto& n : seen["neighbors"])
+          if (n["id"] == "n0") return n["state"] == "left";
+        return false;
+      },
+      30s));
   for (const std::size_t i : {std::size_t{0}, std::size_t{5}}) {
     CAPTURE(i);
-    CHECK(longestRoundSince(cluster, i, since) < kPeerTimeoutMs / 2.0);
+    const json longest = longestRoundSince(cluster, i, since);
+    CAPTURE(longest.dump());
+    CHECK(longest["duration_ms"].get<double>() < kPeerTimeoutMs / 2.0);
     const json s = status(cluster, i);
     CHECK(s["degree"] == 2);
     CHECK(s["suspects"] == 0);

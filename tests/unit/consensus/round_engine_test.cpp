@@ -494,11 +494,20 @@ TEST_CASE(
     CHECK(alone->responders.empty());
     CHECK(alone->live == 0);
   }
-  // Restarted, it says hello: waited for (and bounding our lead) again.
+  // Restarted at its round 0, it says hello: no longer gone, but further
+  // behind than the lead bound lets a neighbour fall (max_lead + skip_ahead):
+  // it catches up by skipping, and is not waited for meanwhile.
   CHECK(a.onKeepAlive(1, 0, ms(6)) == Receipt::Stored);
   CHECK(a.presence(0) == Presence::Working);
   CHECK_FALSE(a.suspect(0, ms(6)));
-  CHECK_FALSE(a.tryStart(ms(6)));  // round 4 is more than 1 ahead of its round 0
+  REQUIRE(a.tryStart(ms(6)));
+  a.onGradient(4, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(6));
+  const auto behind = a.tryFinish(ms(6));
+  REQUIRE(behind);
+  CHECK(behind->live == 0);
+  // Within reach again: waited for, and bounding our lead.
+  CHECK(a.onKeepAlive(1, 3, ms(7)) == Receipt::Stored);
+  CHECK_FALSE(a.tryStart(ms(7)));  // round 5 is more than 1 ahead of its round 3
 
   // With two neighbours: the last estimate of one that then left is mixed,
   // but does not stand in for the other, which is still waited for.

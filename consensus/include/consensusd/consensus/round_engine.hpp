@@ -280,6 +280,8 @@ class RoundEngine {
   void tookUpdate(UpdateKind kind, double loss, const data::GradientStats& stats, Time now);
 
   std::optional<std::size_t> slotOf(std::size_t node) const;
+  // Suspect, or too far behind to be waited for (it catches up by skipping).
+  bool countedOut(std::size_t slot, Time now) const;
   std::size_t liveCount(Time now) const;
   // The estimate of `slot` that counts for `round`, or null.
   const typename Mailbox<Scalar>::Entry* usable(const Slot& slot, std::int64_t round) const;

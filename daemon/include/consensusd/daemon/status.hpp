@@ -83,6 +83,9 @@ struct StatusSnapshot {
   std::string topology;
   std::string topologyHash;  // 16 hex digits
   std::uint64_t topologyChanges = 0;
+  // Times a neighbour said it removed this node from its graph (it still
+  // runs one where they are neighbours).
+  std::uint64_t removedBy = 0;
   std::uint64_t checkpointFailures = 0;  // periodic or asked-for checkpoints not written
   std::string lastCheckpointError;       // why the last one failed ("" if none has)
   std::uint64_t acceptFailures = 0;      // status/HTTP accepts that failed (EMFILE...)

@@ -42,6 +42,9 @@ inline constexpr std::uint64_t kHelloIdle = 2;
 // The sender runs a newer graph than the one this HELLO is in (it speaks
 // that one because we seemed not to have applied the newer yet).
 inline constexpr std::uint64_t kHelloNewer = 4;
+// BYE's flag, sent back on a connection: the sender removed us from its
+// graph (we still run one where it is our neighbour).
+inline constexpr std::uint64_t kByeRemoved = 1;
 // The most bytes one message carries; a larger estimate is sent in chunks.
 inline constexpr std::size_t kChunkBytes = std::size_t{1} << 20;
 // The parameters' type; Bf16, Fp16 and Int8 mark compressed frames
