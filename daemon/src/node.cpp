@@ -444,6 +444,14 @@ class Runner {
                    record.nextRound, from);
     }
     watchLinks(record);
+    if (engine_->joining() && record.live == 0 && !saidAlone_ && engine_->degree() > 0 &&
+        now() >= engineOptions_.peerTimeout) {
+      saidAlone_ = true;  // a joiner with no neighbour to take the state from
+      spdlog::warn(
+          "no neighbour answers (all {} silent or gone): training from x_0 on its own until one "
+          "does; it then takes its neighbours' state if they are ahead",
+          engine_->degree());
+    }
     // One gradient buffer: back to the compute thread for the next round.
     if (worker_) worker_->recycle(engine_->takeSpentUpdate());
     telemetry_.onRecord(record, {transport_->counters().bytesSent, bytesReceived(), samples_});
@@ -868,6 +876,7 @@ class Runner {
   std::string endReason_ = "stop";  // rounds, accuracy, time, stop or signal
   bool paused_ = false;
   bool saidIdle_ = false;     // in our last keep-alives
+  bool saidAlone_ = false;    // a joiner with no neighbour answering: logged once
   bool trainerSeen_ = false;  // a trainer has attached since we started
 };
 

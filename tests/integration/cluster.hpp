@@ -39,12 +39,16 @@ class Cluster {
 
   // A topology file in the cluster's folder: a ring of `members` in that
   // order (one: no edges; two: one edge); returns its path.
-  std::string writeRing(const std::string& name, const std::vector<std::size_t>& members) const {
+  // `publicKeys`: each member's CURVE public key, in the same order, or none.
+  std::string writeRing(const std::string& name, const std::vector<std::size_t>& members,
+                        const std::vector<std::string>& publicKeys = {}) const {
     std::string text = "name: " + name.substr(0, name.find('.')) + "\nnodes:\n";
-    for (const std::size_t i : members) {
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      const std::size_t i = members[k];
       text += "  - {id: " + id(i) +
               ", endpoint: \"tcp://127.0.0.1:" + std::to_string(basePort_ + static_cast<int>(i)) +
-              "\", status: \"" + socket(i) + "\"}\n";
+              "\", status: \"" + socket(i) + "\"" +
+              (publicKeys.empty() ? "" : ", public_key: \"" + publicKeys[k] + "\"") + "}\n";
     }
     const std::size_t n = members.size();
     text += "edges: [";

@@ -13,6 +13,7 @@
 
 #include "cluster.hpp"
 #include "cluster_status.hpp"
+#include "consensusd/config/load.hpp"
 
 using consensusd::testing::answers;
 using consensusd::testing::ask;
@@ -282,6 +283,90 @@ TEST_CASE(
         for (const auto& n : answer["neighbors"])
           if (n["state"] != "fresh") return false;
         return true;
+      },
+      30s));
+}
+
+TEST_CASE(
+    "with CURVE, a node added by a change is admitted with its key, and refused once removed") {
+  Cluster cluster(4, kTraining, 3);
+  // Keys for all four (consensusctl keygen over the larger graph); the
+  // running graph of three carries its members' public keys.
+  const std::string ring4 = cluster.writeRing("ring4.yaml", range(0, 4));
+  const auto keygen = runProcess(
+      {CONSENSUSCTL, "keygen", "--topology", ring4, "--dir", cluster.path("keys"), "-o", ring4});
+  REQUIRE_MESSAGE(keygen.exitCode == 0, keygen.err);
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i < 4; ++i)
+    keys.push_back(
+        consensusd::config::readKeyFile(cluster.path("keys/" + Cluster::id(i) + ".key")).publicKey);
+  cluster.writeRing("topology.yaml", range(0, 3), {keys[0], keys[1], keys[2]});
+  const auto curve = [](std::size_t i) {
+    return std::vector<std::string>{"security.curve=true",
+                                    "security.secret_key_file=keys/" + Cluster::id(i) + ".key"};
+  };
+  for (std::size_t i = 0; i < 3; ++i) cluster.start(i, curve(i));
+  REQUIRE(waitFor([&] { return allAnswer(cluster, range(0, 3)); }, 60s));
+  REQUIRE(waitFor([&] { return roundOf(cluster, 0) > 200; }, 60s));
+
+  const auto grown = apply({ring4});
+  INFO(grown.out, grown.err);
+  REQUIRE(grown.exitCode == 0);
+  std::vector<std::string> withN3 = curve(3);
+  withN3.push_back("topology.file=" + ring4);
+  cluster.start(3, withN3);
+  INFO(cluster.logTails(20));
+  REQUIRE(waitFor([&] { return answers(cluster, 3); }, 60s));
+  CHECK(
+      waitFor([&] { return status(cluster, 3)["joined_at_round"].get<std::int64_t>() > 0; }, 60s));
+  // n0 and n2 mix n3's estimates: its key was admitted with the file.
+  for (const std::size_t i : {std::size_t{0}, std::size_t{2}}) {
+    CAPTURE(i);
+    CHECK(waitFor(
+        [&] {
+          const json answer = ask(cluster, i, {{"cmd", "neighbors"}});  // a local: no dangling
+          for (const auto& n : answer["neighbors"])
+            if (n["id"] == "n3") return n["mixed"].get<std::uint64_t>() > 0;
+          return false;
+        },
+        30s));
+    CHECK(status(cluster, i)["rejects"].value("auth", 0) == 0);
+  }
+
+  // Back to three, n3 left running: refused (on the connection it has) and told.
+  const std::string ring3 =
+      cluster.writeRing("ring3.yaml", range(0, 3), {keys[0], keys[1], keys[2]});
+  const auto shrunk = apply({ring3});
+  INFO(shrunk.out, shrunk.err);
+  REQUIRE(shrunk.exitCode == 0);
+  CHECK(waitFor([&] { return status(cluster, 3)["removed_by"].get<std::uint64_t>() > 0; }, 30s));
+  CHECK(waitFor([&] { return status(cluster, 0)["rejects"].value("not_neighbor", 0) > 0; }, 30s));
+  const std::int64_t at = roundOf(cluster, 0);
+  CHECK(waitFor([&] { return roundOf(cluster, 0) > at + 100; }, 30s));
+}
+
+TEST_CASE("a joiner whose only neighbour stops answering says so, trains alone, and joins later") {
+  Cluster cluster(2, kTraining);
+  cluster.start(0);
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 60s));
+  REQUIRE(waitFor([&] { return roundOf(cluster, 0) > 300; }, 60s));
+  cluster.child(0).signal(SIGSTOP);  // its port still accepts; nothing answers
+  cluster.start(1);
+  INFO(cluster.logTails(20));
+  REQUIRE(waitFor([&] { return answers(cluster, 1); }, 60s));
+  CHECK(waitFor([&] { return cluster.log(1).find("no neighbour answers") != std::string::npos; },
+                30s));
+  CHECK(status(cluster, 1)["joined_at_round"] == -1);
+  const std::int64_t alone = roundOf(cluster, 1);
+  CHECK(waitFor([&] { return roundOf(cluster, 1) > alone + 20; }, 30s));  // it trains meanwhile
+  cluster.child(0).signal(SIGCONT);
+  // Both go on together again.
+  const std::int64_t at0 = roundOf(cluster, 0);
+  CHECK(waitFor([&] { return roundOf(cluster, 0) > at0 + 200; }, 30s));
+  CHECK(waitFor(
+      [&] {
+        const json answer = ask(cluster, 1, {{"cmd", "neighbors"}});  // a local: no dangling
+        return answer["neighbors"][0]["mixed"].get<std::uint64_t>() > 0;
       },
       30s));
 }

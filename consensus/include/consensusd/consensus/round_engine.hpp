@@ -194,6 +194,9 @@ class RoundEngine {
 
   Phase phase() const { return phase_; }
   std::int64_t round() const { return round_; }
+  // Started fresh and not yet joined (or found the cluster starting with it):
+  // its first mix of estimates far ahead will take their state.
+  bool joining() const { return joining_; }
   const Vector& params() const { return *params_; }
   // x_k for a reader that outlives the round (a checkpoint being written):
   // the engine writes a fresh buffer while it is held.
@@ -312,8 +315,10 @@ class RoundEngine {
 
   Phase phase_ = Phase::Idle;
   bool started_ = false;  // a first round began: silence counts from then
-  // Started at round 0 (no checkpoint) and mixed nobody yet: the first skip
-  // to neighbours far ahead adopts their estimates (a running cluster joined).
+  // Started at round 0 (no checkpoint) and not yet joined: the first mix
+  // holding estimates of neighbours far ahead adopts those (a running cluster
+  // joined). Ends there, or at a mix while no live neighbour is far ahead
+  // (the cluster started with it).
   bool joining_ = false;
   std::int64_t round_;
   Time roundStart_{};
