@@ -36,10 +36,13 @@ std::string fixed(double value, int digits) {
   return buffer;
 }
 
-// The phase, and for a node with model.kind: external whether a trainer is attached.
+// The phase; for a node with model.kind: external whether a trainer is
+// attached; for one that joined a running cluster, the round it joined at.
 std::string state(const nlohmann::json& s) {
   std::string phase = s.value("phase", "?");
   if (s.contains("trainer") && !s["trainer"].value("attached", false)) phase += ", no trainer";
+  if (const auto joined = s.value("joined_at_round", -1LL); joined >= 0)
+    phase += ", joined at " + std::to_string(joined);
   return phase;
 }
 

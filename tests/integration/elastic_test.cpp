@@ -146,6 +146,10 @@ TEST_CASE("a ring of 8 grows to 10 while it trains: newcomers start from the clu
     CHECK(s["degree"] == 2);
   }
   CHECK(neighborIds(cluster, 0) == std::vector<std::string>{"n1", "n9"});
+  // The operator's table shows the newcomers' catch-up.
+  const auto top = runProcess({CONSENSUSCTL, "top", ring10, "--once"});
+  CHECK(top.exitCode == 0);
+  CHECK(top.out.find("joined at") != std::string::npos);
   CHECK(waitFor(
       [&] {
         const json answer = ask(cluster, 0, {{"cmd", "neighbors"}});  // a local: no dangling
