@@ -268,6 +268,29 @@ TEST_CASE("two fresh nodes joining side by side take the cluster's state, not ea
   CHECK(b.params()[0] == doctest::Approx(4.0));
 }
 
+TEST_CASE("a joiner adopts no forged state: one estimate far ahead is not believed") {
+  // A liar speaking for n1 sends one estimate of round 10^6: a fresh node
+  // takes it for nothing (its round is checked first), mixes its honest
+  // neighbours as ever, and never adopts the lie.
+  const Topology ring = graph("ring", 3);
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.roundSkipping = true;
+  options.peerTimeout = milliseconds(100);
+  Engine a(ring, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  const Eigen::VectorXd lie = Eigen::VectorXd::Constant(1, 1e6);
+  const Eigen::VectorXd honest = Eigen::VectorXd::Constant(1, 3.0);
+  REQUIRE(a.tryStart(ms(0)));
+  CHECK(a.onEstimate(1, 1'000'000, lie.data(), ms(1)) == Receipt::Implausible);
+  CHECK(a.onEstimate(1, 0, honest.data(), ms(2)) == Receipt::Stored);
+  CHECK(a.onEstimate(2, 0, honest.data(), ms(2)) == Receipt::Stored);
+  a.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(2));
+  const auto record = a.tryFinish(ms(2));
+  REQUIRE(record);
+  CHECK_FALSE(record->adopted);
+  CHECK(a.round() == 1);
+  CHECK(a.params()[0] == doctest::Approx(2.0));  // (0 + 3 + 3) / 3
+}
+
 TEST_CASE("plausible rounds: a run of claims ahead stays believed while it keeps coming") {
   // n1 is far ahead and the node cannot skip to it yet: every claim of the run,
   // however long it lasts, is taken once the first half timeout has passed.
