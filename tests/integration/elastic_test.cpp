@@ -28,7 +28,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr int kPeerTimeoutMs = 2000;
+constexpr int kPeerTimeoutMs = 4000;
 const std::vector<std::string> kTraining =
     with(kFast, {"train.rounds=0", "consensus.peer_timeout_ms=" + std::to_string(kPeerTimeoutMs),
                  "train.learning_rate=0.5", "checkpoint.every_rounds=100000"});
