@@ -2,16 +2,15 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <thread>
 
 #include "consensusd/config/load.hpp"
 #include "consensusd/ctl/status_client.hpp"
 #include "consensusd/daemon/command_line.hpp"
 #include "consensusd/daemon/status_server.hpp"
+#include "consensusd/schema/yaml_tree.hpp"
 #include "consensusd/topology/yaml_io.hpp"
 
 namespace consensusd::cli {
@@ -182,11 +181,7 @@ int runTop(const TopOptions& options) {
 // path): each checks it as at start and switches between rounds. A node
 // that is not running reads its topology.file when it starts.
 int runApply(const std::string& file, const Target& target) {
-  std::ifstream in(file, std::ios::binary);
-  std::ostringstream read;
-  read << in.rdbuf();
-  if (!in) throw UsageError("cannot read topology file '" + file + "'");
-  const std::string text = read.str();
+  const std::string text = schema::readYamlText(file);
   // Checked here first: a bad file reaches no node (78, with file:line).
   const topology::Topology graph = topology::parseTopology(text, file);
   const std::string name = std::filesystem::absolute(file).lexically_normal().string();

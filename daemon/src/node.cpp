@@ -6,9 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <zmq.hpp>
 
 #include "checkpoint_writer.hpp"
@@ -18,6 +16,7 @@
 #include "consensusd/daemon/status_server.hpp"
 #include "consensusd/daemon/wire.hpp"
 #include "consensusd/data/partition.hpp"
+#include "consensusd/schema/yaml_tree.hpp"
 #include "consensusd/version.hpp"
 #include "resident.hpp"
 #include "service_notify.hpp"
@@ -51,15 +50,15 @@ TrainerOptions trainerOptions(const config::NodeConfig& cfg, const config::Loade
   return options;
 }
 
-// model.dimension/dtype: auto: binds the trainer socket and waits for the
-// first trainer, whose parameters decide the node's, before the node binds
-// its port or joins its neighbours. Null when stopped (SIGTERM/SIGINT) first.
 // The signal a signalfd holds: SIGTERM, SIGINT or SIGHUP (0 if none).
 std::uint32_t readSignal(int signalFd) {
   signalfd_siginfo info{};
   return ::read(signalFd, &info, sizeof info) == sizeof info ? info.ssi_signo : 0;
 }
 
+// model.dimension/dtype: auto: binds the trainer socket and waits for the
+// first trainer, whose parameters decide the node's, before the node binds
+// its port or joins its neighbours. Null when stopped (SIGTERM/SIGINT) first.
 std::unique_ptr<TrainerEndpoint> awaitTrainerShape(const config::LoadedConfig& loaded, int signalFd,
                                                    ServiceNotifier& service) {
   auto endpoint = std::make_unique<TrainerEndpoint>(trainerOptions(loaded.config, loaded));
@@ -356,14 +355,14 @@ class Runner {
   void reloadTopology() {
     const std::string& file = cfg_.topology.file;
     spdlog::info("SIGHUP: reading topology {}", file);
-    std::ifstream in(file, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (!in) {
-      spdlog::error("topology not applied (nothing changed): cannot read {}", file);
+    std::string text;
+    try {
+      text = schema::readYamlText(file);
+    } catch (const schema::InputError& e) {
+      spdlog::error("topology not applied (nothing changed): {}", e.what());
       return;
     }
-    wantTopology(text.str(), file, {});
+    wantTopology(text, file, {});
   }
   // Between rounds only: the engine's slots and the transport's links follow.
   void switchTopology() {

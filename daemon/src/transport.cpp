@@ -156,7 +156,8 @@ void Transport::setTopology(const topology::Topology& next, std::size_t self) {
     peerBySender_[static_cast<std::uint32_t>(in.index)] = in.index;
     counters_.rejectedFrom.try_emplace(in.index, 0);
     const auto kept = receivers_.find(in.index);
-    receivers.emplace(in.index, kept != receivers_.end() ? std::move(kept->second) : Receiver{});
+    receivers.emplace(in.index,
+                      kept != receivers_.end() ? std::move(kept->second) : makeReceiver(in.index));
     receivers.at(in.index).peer = in.index;
   }
   // What speaks the old graph, in the new indices: every neighbour in both,
@@ -188,8 +189,6 @@ void Transport::setTopology(const topology::Topology& next, std::size_t self) {
   links_ = std::move(links);  // the rest close (linger: what is queued still goes out)
   for (const topology::Neighbor& out : next.outNeighbors(self))
     if (links_.count(out.index) == 0) links_.emplace(out.index, makeLink(out.index));
-  for (auto& [index, receiver] : receivers)
-    if (!receiver.buffer && chunked_) receiver = makeReceiver(index);
   receivers_ = std::move(receivers);
   if (zap_) zap_->admit(admittedKeys());
 }

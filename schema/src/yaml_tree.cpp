@@ -149,11 +149,15 @@ YamlNode parseYaml(std::string_view text, const std::string& fileName, const Yam
   }
 }
 
-YamlNode loadYamlFile(const std::string& path, const YamlLimits& limits) {
-  if (path == "-") return parseYaml(readAll(std::cin, "<stdin>", limits), "<stdin>", limits);
+std::string readYamlText(const std::string& path, const YamlLimits& limits) {
+  if (path == "-") return readAll(std::cin, "<stdin>", limits);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path, {}, "cannot open file");
-  return parseYaml(readAll(in, path, limits), path, limits);
+  return readAll(in, path, limits);
+}
+
+YamlNode loadYamlFile(const std::string& path, const YamlLimits& limits) {
+  return parseYaml(readYamlText(path, limits), path == "-" ? "<stdin>" : path, limits);
 }
 
 }  // namespace consensusd::schema

@@ -41,6 +41,10 @@ struct YamlLimits {
 YamlNode parseYaml(std::string_view text, const std::string& fileName,
                    const YamlLimits& limits = {});
 
+// The text of `path` (or standard input for "-"), at most limits.maxBytes;
+// InputError if it cannot be opened or is larger.
+std::string readYamlText(const std::string& path, const YamlLimits& limits = {});
+
 // Reads `path` (or standard input for "-") under the same limits.
 YamlNode loadYamlFile(const std::string& path, const YamlLimits& limits = {});
 
