@@ -134,20 +134,30 @@ TEST_CASE("a checkpoint stuck on its disk holds no thread: the node goes on and 
   fs::create_directories(cluster.path("ckpt-n0"));
   const std::string fifo = cluster.path("ckpt-n0/.round-000000000010.ckpt.tmp");
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
-  cluster.startAll();
-  REQUIRE(waitFor([&] { return answers(cluster, 0) && answers(cluster, 1); }, 30s));
+  // n0 starts alone, so it trains through round 10 itself: started beside
+  // n1, it could join n1 past round 10 (a slow start) and never save there.
+  cluster.start(0);
 
   // Past the stuck save, n0 trains on to round 20, where the next save it
   // wants waits for the writer: the round is held, the engine thread is not.
   REQUIRE(waitFor(
       [&] {
-        return ask(cluster, 0, {{"cmd", "status"}})["phase"] == "checkpointing";
+        return answers(cluster, 0) &&
+               ask(cluster, 0, {{"cmd", "status"}})["phase"] == "checkpointing";
       },
       30s));
   CHECK(roundOf(cluster, 0) == 20);
   CHECK(lastCheckpoint(cluster, 0) == -1);
-  // It keeps answering its neighbour: n1 never counts it out (five peer
-  // timeouts watched).
+  // It keeps answering its neighbour: n1, started now, hears it and never
+  // counts it out (five peer timeouts watched).
+  cluster.start(1);
+  REQUIRE(waitFor(
+      [&] {
+        if (!answers(cluster, 1)) return false;
+        const json neighbors = ask(cluster, 1, {{"cmd", "neighbors"}});
+        return neighbors["neighbors"].size() == 1 && neighbors["neighbors"][0]["last_round"] == 20;
+      },
+      30s));
   const auto watchedUntil = std::chrono::steady_clock::now() + 1500ms;
   while (std::chrono::steady_clock::now() < watchedUntil) {
     const json neighbors = ask(cluster, 1, {{"cmd", "neighbors"}});
