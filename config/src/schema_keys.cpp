@@ -176,6 +176,9 @@ std::vector<Key> makeKeys() {
            "containers and NAT, where the endpoint names a host the node cannot bind."),
       text("topology.file", CONSENSUSD_FIELD(topology.file), "path",
            "Topology file (DESIGN.md §4), relative to this config's folder. Required."),
+      flag("topology.watch", CONSENSUSD_FIELD(topology.watch),
+           "Apply the topology file whenever it changes on disk, as on SIGHUP (for a "
+           "Kubernetes ConfigMap, which is updated in place)."),
 
       choice("data.dataset", CONSENSUSD_FIELD(data.dataset), data::namesOf(data::kDatasetKinds),
              "Training data set."),

@@ -158,7 +158,16 @@ YAML::Node mount(const std::string& name, const std::string& path, bool readOnly
   return m;
 }
 
-YAML::Node statefulSet(const K8sOptions& o, std::size_t replicas, const std::string& hash) {
+// The overrides every node's config was written with, as one line.
+std::string settingsOf(const K8sOptions& o) {
+  std::string out;
+  for (const std::string& set : o.sets) out += (out.empty() ? "" : " ") + set;
+  for (const std::string& straggler : o.stragglers)
+    out += (out.empty() ? "straggler " : " straggler ") + straggler;
+  return out;
+}
+
+YAML::Node statefulSet(const K8sOptions& o, std::size_t replicas) {
   YAML::Node set = object("apps/v1", "StatefulSet", o.nodeSet, o);
   YAML::Node spec;
   spec["serviceName"] = str(o.nodeSet);
@@ -171,7 +180,9 @@ YAML::Node statefulSet(const K8sOptions& o, std::size_t replicas, const std::str
   meta["annotations"]["prometheus.io/scrape"] = str("true");
   meta["annotations"]["prometheus.io/port"] = str(std::to_string(o.metricsPort));
   meta["annotations"]["prometheus.io/path"] = "/metrics";
-  meta["annotations"]["consensusd/topology-hash"] = str(hash);  // a new topology rolls the pods
+  // A daemon reads its settings at start: new ones roll the pods. A new
+  // topology does not: the pods apply it in place (topology.watch).
+  meta["annotations"]["consensusd/settings"] = str(settingsOf(o));
   spec["template"]["metadata"] = meta;
 
   YAML::Node pod;
@@ -287,9 +298,10 @@ int runK8s(const K8sOptions& o) {
   writeFile(configDir / "topology.yaml", files["topology.yaml"]);
   for (std::size_t i = 0; i < graph.size(); ++i) {
     const std::string& id = graph.node(i).id;
-    std::string base = "node: {id: " + id + ", bind: \"tcp://*:" + std::to_string(o.port) +
-                       "\"}\ntopology: {file: topology.yaml}\nstatus: {http: \"0.0.0.0:" +
-                       std::to_string(o.metricsPort) + "\", http_remote: true}\n";
+    std::string base =
+        "node: {id: " + id + ", bind: \"tcp://*:" + std::to_string(o.port) +
+        "\"}\ntopology: {file: topology.yaml, watch: true}\nstatus: {http: \"0.0.0.0:" +
+        std::to_string(o.metricsPort) + "\", http_remote: true}\n";
     if (!o.curveSecret.empty())
       base += "security: {curve: true, secret_key_file: " + std::string(kRunDir) + "/node.key}\n";
     std::vector<std::string> overrides = o.sets;
@@ -318,7 +330,7 @@ int runK8s(const K8sOptions& o) {
                           "# Apply: kubectl apply -f " +
                           manifest.string() + "\n---\n" + emit(ns) + "---\n" + configMap(o, files) +
                           "---\n" + emit(headlessService(o)) + "---\n" + emit(networkPolicy(o)) +
-                          "---\n" + emit(statefulSet(o, graph.size(), graph.hashHex())));
+                          "---\n" + emit(statefulSet(o, graph.size())));
   std::cout << "wrote " << manifest.string() << " (namespace " << o.nameSpace << ", StatefulSet "
             << o.nodeSet << " of " << graph.size() << " pods) and " << graph.size() + 1
             << " files in " << configDir.string() << "\n";

@@ -18,6 +18,7 @@
 #include "consensusd/data/partition.hpp"
 #include "consensusd/schema/yaml_tree.hpp"
 #include "consensusd/version.hpp"
+#include "file_watch.hpp"
 #include "resident.hpp"
 #include "service_notify.hpp"
 #include "telemetry.hpp"
@@ -108,6 +109,7 @@ class Runner {
     if (config::isExternal(cfg_) && !trainer_)
       trainer_ = std::make_unique<TrainerEndpoint>(trainerOptions(cfg_, loaded_));
     resume();
+    watchTopologyFile();
     if (trainer_) trainer_->welcomeHeld();  // resumed: a held first trainer learns fresh or not
     service_.ready();  // systemd (Type=notify): started once the ports are bound
     spdlog::info(
@@ -352,17 +354,33 @@ class Runner {
       answer({{"ok", false}, {"error", e.what()}, {"exit", schema::kExitConfig}});
     }
   }
-  void reloadTopology() {
+  // On SIGHUP, or when the file changed on disk (topology.watch).
+  void reloadTopology(bool onSignal) {
+    const char* why = onSignal ? "SIGHUP" : "topology file changed";
     const std::string& file = cfg_.topology.file;
-    spdlog::info("SIGHUP: reading topology {}", file);
     std::string text;
     try {
       text = schema::readYamlText(file);
     } catch (const schema::InputError& e) {
-      spdlog::error("topology not applied (nothing changed): {}", e.what());
+      spdlog::error("{}: topology not applied (nothing changed): {}", why, e.what());
       return;
     }
+    // A watched folder also sees its other files change: same text, no news.
+    if (text == lastReadTopology_ && !onSignal) return;
+    lastReadTopology_ = text;
+    spdlog::info("{}: reading topology {}", why, file);
     wantTopology(text, file, {});
+  }
+  // topology.watch: a watch on the topology file's folder, or none.
+  void watchTopologyFile() {
+    if (!cfg_.topology.watch) return;
+    try {
+      topologyWatch_.emplace(cfg_.topology.file);
+      spdlog::info("topology.watch: a change of {} is applied as on SIGHUP", cfg_.topology.file);
+    } catch (const std::system_error& e) {
+      spdlog::warn("topology.watch: {} ({}); the topology is read again on SIGHUP only", e.what(),
+                   cfg_.topology.file);
+    }
   }
   // Between rounds only: the engine's slots and the transport's links follow.
   void switchTopology() {
@@ -608,6 +626,10 @@ class Runner {
       handleCommands();
       serveCheckpoints();
       switchTopology();
+      if (topologyFileChanged_ && !pendingGraph_) {  // after a change under way, if one was
+        topologyFileChanged_ = false;
+        reloadTopology(false);
+      }
       if (stopping_) break;
       finishedRound_ = false;
       const std::optional<Time> engineWake = consensus::step(*engine_, t, *this);
@@ -653,23 +675,25 @@ class Runner {
     auto& items = pollItems_;  // a member: no allocation per loop
     items = {{nullptr, worker_ ? worker_->readyFd() : -1, ZMQ_POLLIN, 0},
              {nullptr, signalFd_, ZMQ_POLLIN, 0},
-             {nullptr, wakeFd_, ZMQ_POLLIN, 0}};
-    if (trainer_) trainer_->append(items);  // items 3 and 4
+             {nullptr, wakeFd_, ZMQ_POLLIN, 0},
+             {nullptr, topologyWatch_ ? topologyWatch_->fd() : -1, ZMQ_POLLIN, 0}};
+    if (trainer_) trainer_->append(items);  // items 4 and 5
     const std::size_t transportAt = items.size();
     transport_->append(items);
     zmq::poll(items, std::max(timeout, std::chrono::milliseconds(0)));
-    if (trainer_) serveTrainer(std::span(items).subspan(3, 2));
+    if (trainer_) serveTrainer(std::span(items).subspan(4, 2));
     if (transport_->serve(std::span(items).subspan(transportAt), now())) receive();
     if (items[1].revents & ZMQ_POLLIN) {
       const std::uint32_t signal = readSignal(signalFd_);
       if (signal == SIGHUP) {
-        reloadTopology();
+        reloadTopology(true);
       } else if (signal != 0) {
         spdlog::info("{}: stopping", signal == SIGINT ? "SIGINT" : "SIGTERM");
         stop("signal");
       }
     }
     if (items[2].revents & ZMQ_POLLIN) drainFd(wakeFd_);
+    if ((items[3].revents & ZMQ_POLLIN) && topologyWatch_->changed()) topologyFileChanged_ = true;
   }
 
   // The trainer's initialisation (fresh start) and its updates, to the engine.
@@ -858,6 +882,9 @@ class Runner {
   std::optional<PendingGraph> pendingGraph_;         // checked, switched to between rounds
   std::unique_ptr<const topology::Topology> graph_;  // the last applied
   std::string topologyFile_ = cfg_.topology.file;
+  std::optional<FileWatch> topologyWatch_;  // topology.watch
+  bool topologyFileChanged_ = false;        // seen by the watch, not read yet
+  std::string lastReadTopology_;            // the text the last reload read
   std::uint64_t topologyChanges_ = 0;
   std::int64_t joinedAtRound_ = -1;
   bool checkpointWanted_ = false;

@@ -237,7 +237,8 @@ TEST_CASE("consensusctl k8s writes manifests that validate against the Kubernete
        {"replicas: 5", "podManagementPolicy: Parallel", "publishNotReadyAddresses: true",
         "clusterIP: None", "node-${HOSTNAME##*-}.yaml", "path: /healthz", "runAsNonRoot: true",
         "readOnlyRootFilesystem: true", "prometheus.io/scrape: \"true\"", "volumeClaimTemplates",
-        "secretName: \"gossip-keys\"", "image: \"registry.example/consensusd:0.1\""}) {
+        "secretName: \"gossip-keys\"", "image: \"registry.example/consensusd:0.1\"",
+        "consensusd/settings: \"train.rounds=500 straggler n3=kind=bimodal,slow_factor=20\""}) {
     CAPTURE(expected);
     CHECK(manifest.find(expected) != std::string::npos);
   }
@@ -275,4 +276,44 @@ TEST_CASE("consensusctl k8s writes manifests that validate against the Kubernete
   CHECK(badKey.exitCode == 78);
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/bad1"));
   CHECK_FALSE(std::filesystem::exists(dir.path() + "/bad2"));
+}
+
+TEST_CASE(
+    "consensusctl k8s: a larger topology changes the ConfigMap and the replicas, not the pods") {
+  // Scaling is regenerate + kubectl apply: the running pods must not be
+  // rolled (their template is the same) but take the new topology in place.
+  const TempDir dir;
+  const auto generate = [&](int nodes, const std::vector<std::string>& extra) {
+    const std::string topology = dir.path() + "/ring" + std::to_string(nodes) + ".yaml";
+    REQUIRE(runProcess({CONSENSUSCTL, "topology", "gen", "ring", "--nodes", std::to_string(nodes),
+                        "-o", topology})
+                .exitCode == 0);
+    std::vector<std::string> argv{CONSENSUSCTL, "k8s", topology, "-o", dir.path() + "/k8s"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const auto k8s = runProcess(argv);
+    INFO(k8s.out << k8s.err);
+    REQUIRE(k8s.exitCode == 0);
+    const std::string manifest = readText(dir.path() + "/k8s/consensusd.yaml");
+    const std::size_t set = manifest.find("kind: StatefulSet");
+    REQUIRE(set != std::string::npos);
+    return std::pair{manifest.substr(0, set), manifest.substr(set)};
+  };
+  const std::vector<std::string> settings{"--set", "train.rounds=500"};
+  const auto [config8, set8] = generate(8, settings);
+  const std::string node0 = readText(dir.path() + "/k8s/config/node-0.yaml");
+  CHECK(node0.find("topology: {file: topology.yaml, watch: true}") != std::string::npos);
+  const auto [config10, set10] = generate(10, settings);
+  CHECK(config10 != config8);  // the ConfigMap: topology and two more node configs
+  CHECK(config10.find("node-9.yaml: |") != std::string::npos);
+  CHECK(readText(dir.path() + "/k8s/config/node-0.yaml") == node0);
+  const auto withoutReplicas = [](std::string set) {
+    const std::size_t at = set.find("replicas: ");
+    return set.erase(at, set.find('\n', at) - at);
+  };
+  CHECK(set10.find("replicas: 10") != std::string::npos);
+  CHECK(withoutReplicas(set10) == withoutReplicas(set8));
+  // New settings are read at start: they change the template, which rolls the pods.
+  const auto [config10b, set10b] = generate(10, {"--set", "train.rounds=900"});
+  CHECK(withoutReplicas(set10b) != withoutReplicas(set10));
+  CHECK(set10b.find("consensusd/settings: \"train.rounds=900\"") != std::string::npos);
 }

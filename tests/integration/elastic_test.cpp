@@ -13,11 +13,13 @@
 
 #include "cluster.hpp"
 #include "cluster_status.hpp"
+#include "config_map_volume.hpp"
 #include "consensusd/config/load.hpp"
 
 using consensusd::testing::answers;
 using consensusd::testing::ask;
 using consensusd::testing::Cluster;
+using consensusd::testing::ConfigMapVolume;
 using consensusd::testing::kFast;
 using consensusd::testing::roundOf;
 using consensusd::testing::runProcess;
@@ -373,4 +375,66 @@ TEST_CASE("a joiner whose only neighbour stops answering says so, trains alone, 
         return answer["neighbors"][0]["mixed"].get<std::uint64_t>() > 0;
       },
       30s));
+}
+
+TEST_CASE("topology.watch: a ConfigMap volume's update grows and shrinks the ring in place") {
+  // The nodes read their topology from a folder the kubelet's way of
+  // updating a ConfigMap keeps current: no signal, no restart.
+  Cluster cluster(5, kTraining, 4);
+  const auto text = [&](const std::string& name, const std::vector<std::size_t>& members) {
+    std::ifstream in(cluster.writeRing(name, members));
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  ConfigMapVolume volume(cluster.path("config"));
+  volume.update({{"topology.yaml", text("ring4.yaml", range(0, 4))}});
+  const std::vector<std::string> watched{"topology.file=" + cluster.path("config/topology.yaml"),
+                                         "topology.watch=true"};
+  const std::vector<std::size_t> old = range(0, 4);
+  for (const std::size_t i : old) cluster.start(i, watched);
+  REQUIRE(waitFor([&] { return allAnswer(cluster, old); }, 60s));
+  REQUIRE(waitFor([&] { return roundOf(cluster, 0) > 100; }, 60s));
+  const std::string before = status(cluster, 0)["topology_hash"];
+
+  INFO(cluster.logTails(20));
+  // Another file of the volume changes: nothing is applied.
+  volume.update({{"topology.yaml", text("ring4.yaml", range(0, 4))}, {"note", "x\n"}});
+  // Grown to five: every running node takes the file, then n4 starts on it.
+  volume.update({{"topology.yaml", text("ring5.yaml", range(0, 5))}, {"note", "x\n"}});
+  const auto onRing5 = [&](std::size_t i) {
+    return status(cluster, i)["topology_changes"] == 1 &&
+           status(cluster, i)["topology_hash"] != before;
+  };
+  for (const std::size_t i : old) {
+    CAPTURE(i);
+    CHECK(waitFor([&] { return onRing5(i); }, 30s));
+    CHECK(cluster.log(i).find("topology file changed: reading topology") != std::string::npos);
+  }
+  CHECK(neighborIds(cluster, 0) == std::vector<std::string>{"n1", "n4"});
+  cluster.start(4, watched);
+  REQUIRE(waitFor([&] { return answers(cluster, 4); }, 60s));
+  CHECK(
+      waitFor([&] { return status(cluster, 4)["joined_at_round"].get<std::int64_t>() > 0; }, 60s));
+
+  // A broken file: logged, nothing changes, training goes on.
+  volume.update({{"topology.yaml", "nodes: [\n"}});
+  CHECK(waitFor(
+      [&] {
+        return cluster.log(0).find("topology not applied (nothing changed)") != std::string::npos;
+      },
+      30s));
+  const std::int64_t at = roundOf(cluster, 0);
+  REQUIRE(waitFor([&] { return roundOf(cluster, 0) > at + 50; }, 30s));
+  CHECK(status(cluster, 0)["topology_changes"] == 1);
+
+  // Shrunk back to four: n4 stops, the others drop it.
+  cluster.child(4).signal(SIGTERM);
+  REQUIRE(cluster.child(4).wait(30s).has_value());
+  volume.update({{"topology.yaml", text("ring4.yaml", range(0, 4))}});
+  for (const std::size_t i : old) {
+    CAPTURE(i);
+    CHECK(waitFor([&] { return status(cluster, i)["topology_hash"] == before; }, 30s));
+  }
+  CHECK(neighborIds(cluster, 0) == std::vector<std::string>{"n1", "n3"});
+  const std::int64_t shrunk = roundOf(cluster, 0);
+  CHECK(waitFor([&] { return roundOf(cluster, 0) > shrunk + 50; }, 30s));
 }

@@ -16,6 +16,7 @@ struct NodeConfig {
   } node;
   struct Topology {
     std::string file;
+    bool watch = false;  // apply the file when it changes, as on SIGHUP
   } topology;
   struct Data {
     std::string dataset = "fashion-mnist";
