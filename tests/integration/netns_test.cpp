@@ -7,14 +7,23 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <set>
+#include <sstream>
+#include <string>
 
 #include "hosts.hpp"
 
 using consensusd::testing::Child;
 using consensusd::testing::distance;
 using consensusd::testing::Hosts;
+using consensusd::testing::kScript;
+using consensusd::testing::neighbors;
 using consensusd::testing::parameters;
+using consensusd::testing::readText;
 using consensusd::testing::roundOf;
+using consensusd::testing::runProcess;
 using consensusd::testing::startIn;
 using consensusd::testing::status;
 using consensusd::testing::TempDir;
@@ -83,4 +92,92 @@ TEST_CASE(
   const double healed = distance(parameters(dir, 3), parameters(dir, 1));
   MESSAGE("distance n3-n1: together " << together << ", cut " << apart << ", healed " << healed);
   CHECK(healed < 0.5 * apart);
+}
+
+TEST_CASE("the netns testbed grows a running ring of 4 hosts to 6 and shrinks it to 3") {
+  if (getuid() != 0) {
+    MESSAGE("skipped: network namespaces need root");
+    return;
+  }
+  const TempDir run;  // the testbed's run folder
+  const std::string prefix = "cng" + std::to_string(getpid() % 100000);
+  const std::string subnet = "10.79." + std::to_string(getpid() % 200);
+  const std::string binaries =
+      "CONSENSUSD_BIN=" + std::filesystem::path(CONSENSUSD).parent_path().string();
+  struct Down {  // whatever happens: no namespace outlives the test
+    std::string prefix;
+    ~Down() { runProcess({kScript, "down", prefix}, {}, 60s); }
+  } down{prefix};
+  const auto namespaces = [&] {
+    std::set<std::string> names;
+    std::istringstream list(runProcess({"/usr/sbin/ip", "netns", "list"}).out);
+    for (std::string name, rest; list >> name && std::getline(list, rest);)
+      if (name.rfind(prefix, 0) == 0) names.insert(name.substr(prefix.size()));
+    return names;
+  };
+  const auto testbed = [&](const std::string& command, const std::string& nodes) {
+    const auto result =
+        runProcess({"/usr/bin/env", binaries, kScript, command, run.path(), nodes}, {}, 120s);
+    INFO(result.out << result.err);
+    CHECK(result.exitCode == 0);
+    return result.out;
+  };
+  const auto neighborIds = [&](std::size_t i) {
+    std::set<std::string> ids;
+    for (const json& n : neighbors(run.path() + "/n" + std::to_string(i) + ".sock"))
+      ids.insert(n["id"].get<std::string>());
+    return ids;
+  };
+  const auto allPast = [&](std::size_t nodes, std::int64_t round) {
+    for (std::size_t i = 0; i < nodes; ++i)
+      if (roundOf(run, i) <= round) return false;
+    return true;
+  };
+
+  Child testbedRun({"/usr/bin/env", binaries,
+                    kScript,        "run",
+                    "--nodes",      "4",
+                    "--run",        run.path(),
+                    "--prefix",     prefix,
+                    "--subnet",     subnet,
+                    "--set",        "data.dataset=synthetic-logistic",
+                    "--set",        "model.kind=logistic",
+                    "--set",        "train.eval_every_rounds=0",
+                    "--set",        "train.rounds=0",
+                    "--set",        "consensus.peer_timeout_ms=1000"},
+                   run.path() + "/testbed.log");
+  REQUIRE(waitFor([&] { return allPast(4, 200); }, 60s));
+  INFO(readText(run.path() + "/testbed.log"));
+
+  // Grown: two namespaces and daemons more; the running nodes took the graph first.
+  const std::string grown = testbed("grow", "6");
+  CHECK(grown.find("n0: applied at round") != std::string::npos);
+  CHECK(grown.find("n4: not running") != std::string::npos);
+  CHECK(namespaces() == std::set<std::string>{"0", "1", "2", "3", "4", "5"});
+  for (const std::size_t i : {std::size_t{4}, std::size_t{5}}) {
+    CAPTURE(i);
+    CHECK(waitFor([&] { return status(run, i).value("joined_at_round", std::int64_t{-1}) > 0; },
+                  60s));
+  }
+  CHECK(neighborIds(0) == std::set<std::string>{"n1", "n5"});
+  const std::int64_t before = roundOf(run, 5);
+  CHECK(waitFor([&] { return allPast(6, before + 200); }, 60s));
+  const std::string hash = status(run, 5)["topology_hash"];
+  for (std::size_t i = 0; i < 6; ++i) CHECK(status(run, i)["topology_hash"] == hash);
+
+  // Shrunk: n3..n5 said goodbye and their namespaces are gone; the rest go on.
+  testbed("shrink", "3");
+  CHECK(namespaces() == std::set<std::string>{"0", "1", "2"});
+  for (const std::size_t i : {std::size_t{3}, std::size_t{4}, std::size_t{5}})
+    CHECK(readText(run.path() + "/n" + std::to_string(i) + ".log").find("stopped at round") !=
+          std::string::npos);
+  CHECK(neighborIds(0) == std::set<std::string>{"n1", "n2"});
+  const std::int64_t shrunk = roundOf(run, 0);
+  CHECK(waitFor([&] { return allPast(3, shrunk + 200); }, 60s));
+  CHECK(status(run, 0).value("suspects", 9) == 0);
+
+  // Stopped: the testbed takes everything down.
+  testbedRun.signal(SIGTERM);
+  CHECK(testbedRun.wait(90s).has_value());
+  CHECK(namespaces().empty());
 }
