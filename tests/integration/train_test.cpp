@@ -3,12 +3,14 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
 
 #include "cluster.hpp"
+#include "cluster_status.hpp"
 #include "process.hpp"
 
 using consensusd::testing::runProcess;
@@ -111,4 +113,64 @@ TEST_CASE(
           0.85);  // the trainer's test at round 599, all 10,000 (0.866 here)
     CHECK(final["test_loss"].get<double>() > 0);
   }
+}
+
+TEST_CASE("a ring of 8 grown to 10 mid-run ends within 1 point of a ring of 10 from the start") {
+  constexpr int kRounds = 3000;
+  const std::vector<std::string> settings{
+      "data.partition=iid",        "model.kind=softmax",
+      "train.learning_rate=0.1",   "train.schedule=cosine",
+      "train.eval_every_rounds=0", "consensus.policy=dynamic",
+      "checkpoint.every_rounds=0", "train.rounds=" + std::to_string(kRounds)};
+  using consensusd::testing::Cluster;
+  const auto finalAccuracies = [&](Cluster& cluster) {
+    std::vector<double> accuracies;
+    for (std::size_t i = 0; i < cluster.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(cluster.child(i).wait(std::chrono::minutes(5)) == 0);
+      std::ifstream metrics(cluster.path(Cluster::id(i) + ".jsonl"));
+      nlohmann::json final;
+      for (std::string line; std::getline(metrics, line);) {
+        const auto record = nlohmann::json::parse(line);
+        if (record.contains("final")) final = record;
+      }
+      REQUIRE(final["round"] == kRounds);
+      accuracies.push_back(final["accuracy"].get<double>());
+    }
+    return accuracies;
+  };
+
+  // Ten nodes from the start.
+  Cluster fromStart(10, settings);
+  fromStart.startAll();
+  const std::vector<double> baseline = finalAccuracies(fromStart);
+  const double mean =
+      std::accumulate(baseline.begin(), baseline.end(), 0.0) / static_cast<double>(baseline.size());
+
+  // Eight, then ten from round 1000: applied to the running eight, then n8
+  // and n9 start fresh on the new file and take their neighbours' state.
+  Cluster grown(10, settings, 8);
+  for (std::size_t i = 0; i < 8; ++i) grown.start(i);
+  REQUIRE(consensusd::testing::waitFor(
+      [&] {
+        return consensusd::testing::answers(grown, 0) &&
+               consensusd::testing::roundOf(grown, 0) >= 1000;
+      },
+      std::chrono::minutes(2)));
+  std::vector<std::size_t> ten(10);
+  std::iota(ten.begin(), ten.end(), 0);
+  const std::string ring10 = grown.writeRing("ring10.yaml", ten);
+  const auto applied = runProcess({CONSENSUSCTL, "apply", ring10}, {}, std::chrono::minutes(2));
+  INFO(applied.out << applied.err);
+  REQUIRE(applied.exitCode == 0);
+  grown.start(8, {"topology.file=" + ring10});
+  grown.start(9, {"topology.file=" + ring10});
+  const std::vector<double> after = finalAccuracies(grown);
+  MESSAGE("ten from the start: mean " << mean << "; grown from eight: " << after[0] << " .. n9 "
+                                      << after[9]);
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::abs(after[i] - mean) <= 0.01);
+  }
+  CHECK(grown.log(8).find("joined a running cluster at round") != std::string::npos);
 }
