@@ -699,8 +699,11 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     ++slot.counters.mixed;
   }
   if (inputs.empty()) record.adopted = false;  // symmetric: none of them used ours
+  // Known far ahead: believed there, or claiming it now and not believed
+  // yet (a fellow joiner's round can end before the claims are).
   const bool aheadUnheld = std::any_of(slots_.begin(), slots_.end(), [&](const Slot& slot) {
-    return slot.newestRound > joinAbove && slot.presence == Presence::Working;
+    const bool claiming = slot.aheadSince && now - slot.aheadLast <= options_.peerTimeout;
+    return (slot.newestRound > joinAbove || claiming) && slot.presence == Presence::Working;
   });
   if (record.adopted || (!inputs.empty() && !aheadUnheld)) joining_ = false;
   const Vector& params = *params_;

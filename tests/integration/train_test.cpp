@@ -166,6 +166,7 @@ TEST_CASE("a ring of 8 grown to 10 mid-run ends within 1 point of a ring of 10 f
   grown.start(8, {"topology.file=" + ring10});
   grown.start(9, {"topology.file=" + ring10});
   const std::vector<double> after = finalAccuracies(grown);
+  INFO(grown.logTails(20));
   MESSAGE("ten from the start: mean " << mean << "; grown from eight: " << after[0] << " .. n9 "
                                       << after[9]);
   for (std::size_t i = 0; i < after.size(); ++i) {
