@@ -2,6 +2,7 @@
 
 #include "compose_command.hpp"
 #include "consensusd/daemon/command_line.hpp"
+#include "dashboard_command.hpp"
 #include "k8s_command.hpp"
 #include "keygen_command.hpp"
 #include "simulate_command.hpp"
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape)
   consensusd::cli::addTopologyCommands(app, action);
   consensusd::cli::addTrainCommand(app, action);
   consensusd::cli::addStatusCommands(app, action);
+  consensusd::cli::addDashboardCommand(app, action);
   consensusd::cli::addComposeCommand(app, action);
   consensusd::cli::addK8sCommand(app, action);
   consensusd::cli::addSlurmCommand(app, action);

@@ -1,0 +1,156 @@
+#include "dashboard_view.hpp"
+
+#include <algorithm>
+#include <array>
+
+namespace consensusd::cli {
+namespace {
+
+// The series the page plots, in the order Point::values holds them.
+constexpr std::array<const char*, 7> kSeries{
+    "accuracy", "loss", "rounds_per_s", "m", "consensus_distance", "bytes_per_s", "timeout_share"};
+
+// The edge windows reach back this far (seconds).
+constexpr double kEdgeWindowS = 60;
+
+std::optional<double> number(const nlohmann::json& status, const char* key) {
+  const auto it = status.find(key);
+  if (it == status.end() || !it->is_number()) return std::nullopt;
+  return it->get<double>();
+}
+
+nlohmann::json orNull(const std::optional<double>& value) {
+  return value ? nlohmann::json(*value) : nlohmann::json();
+}
+
+}  // namespace
+
+ClusterView::ClusterView(const topology::Topology& graph, double keepS)
+    : graph_(graph), keepS_(keepS), layout_(layoutGraph(graph)), nodes_(graph.size()) {
+  for (std::size_t i = 0; i < graph.size(); ++i)
+    for (const topology::Neighbor& n : graph.inNeighbors(i)) edges_.push_back({n.index, i, {}});
+}
+
+void ClusterView::update(const std::vector<std::optional<nlohmann::json>>& statuses, double t) {
+  now_ = t;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    Node& node = nodes_[i];
+    node.status = i < statuses.size() ? statuses[i] : std::nullopt;
+    if (node.status && !node.status->value("ok", true)) node.status.reset();
+    Point point{t, std::vector<std::optional<double>>(kSeries.size())};
+    if (node.status) {
+      const nlohmann::json& s = *node.status;
+      node.everAnswered = true;
+      const std::optional<double> accuracy = number(s, "accuracy");
+      if (accuracy && *accuracy >= 0) point.values[0] = accuracy;
+      point.values[1] = number(s, "loss");
+      point.values[2] = number(s, "rounds_per_s");
+      point.values[3] = number(s, "target");
+      point.values[4] = number(s, "consensus_distance");
+      const double bytes =
+          s.value("bytes_sent", 0.0) + s.value("bytes_received", 0.0);  // both ways
+      if (node.lastBytes >= 0 && t > node.lastT && bytes >= node.lastBytes)
+        point.values[5] = (bytes - node.lastBytes) / (t - node.lastT);
+      // The rounds cut off by time (timeout, deadline) among those since the last poll.
+      std::map<std::string, std::uint64_t> cutoffs;
+      if (s.contains("cutoffs") && s["cutoffs"].is_object())
+        for (const auto& [reason, count] : s["cutoffs"].items())
+          if (count.is_number_unsigned()) cutoffs[reason] = count.get<std::uint64_t>();
+      std::uint64_t rounds = 0;
+      std::uint64_t byTime = 0;
+      for (const auto& [reason, count] : cutoffs) {
+        const auto was = node.lastCutoffs.find(reason);
+        const std::uint64_t before = was == node.lastCutoffs.end() ? 0 : was->second;
+        const std::uint64_t delta = count >= before ? count - before : 0;
+        rounds += delta;
+        if (reason != "count") byTime += delta;
+      }
+      if (rounds > 0 && !node.lastCutoffs.empty())
+        point.values[6] = static_cast<double>(byTime) / static_cast<double>(rounds);
+      node.lastCutoffs = std::move(cutoffs);
+      node.lastBytes = bytes;
+      node.lastT = t;
+    }
+    node.series.push_back(std::move(point));
+    while (!node.series.empty() && node.series.front().t < t - keepS_) node.series.pop_front();
+  }
+  // What each receiver says of each sender: estimates on time and late.
+  for (Edge& edge : edges_) {
+    const auto& receiver = nodes_[edge.to].status;
+    if (receiver && receiver->contains("neighbors")) {
+      for (const auto& n : (*receiver)["neighbors"]) {
+        if (n.value("id", "") != graph_.node(edge.from).id) continue;
+        edge.window.push_back(
+            {t, {n.value("on_time", std::uint64_t{0}), n.value("late", std::uint64_t{0})}});
+      }
+    }
+    while (!edge.window.empty() && edge.window.front().first < t - kEdgeWindowS)
+      edge.window.pop_front();
+  }
+}
+
+std::optional<double> ClusterView::inTimeShare(const Edge& edge) const {
+  if (edge.window.size() < 2) return std::nullopt;
+  const auto& [first, last] = std::pair{edge.window.front().second, edge.window.back().second};
+  if (last.first < first.first || last.second < first.second) return std::nullopt;  // a restart
+  const std::uint64_t onTime = last.first - first.first;
+  const std::uint64_t total = onTime + (last.second - first.second);
+  if (total == 0) return std::nullopt;
+  return static_cast<double>(onTime) / static_cast<double>(total);
+}
+
+std::string ClusterView::stateOf(std::size_t i) const {
+  const Node& node = nodes_[i];
+  if (!node.status) return node.everAnswered ? "stopped" : "not started";
+  // Suspect: a neighbour that answers has not heard from it for a peer timeout.
+  const std::string& id = graph_.node(i).id;
+  for (const Node& other : nodes_) {
+    if (!other.status || !other.status->contains("neighbors")) continue;
+    for (const auto& n : (*other.status)["neighbors"])
+      if (n.value("id", "") == id && n.value("state", "") == "suspect") return "suspect";
+  }
+  const std::string phase = node.status->value("phase", "");
+  return phase == "idle" ? "training" : phase;
+}
+
+nlohmann::json ClusterView::toJson(double since) const {
+  std::int64_t newest = -1;
+  for (const Node& node : nodes_)
+    if (node.status) newest = std::max(newest, node.status->value("round", std::int64_t{-1}));
+  nlohmann::json nodes = nlohmann::json::array();
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& node = nodes_[i];
+    nlohmann::json entry = {{"id", graph_.node(i).id},
+                            {"x", layout_.x[i]},
+                            {"y", layout_.y[i]},
+                            {"state", stateOf(i)},
+                            {"status", node.status ? *node.status : nlohmann::json()}};
+    if (node.status) entry["lag"] = newest - node.status->value("round", newest);
+    nlohmann::json series = nlohmann::json::object();
+    for (std::size_t k = 0; k < kSeries.size(); ++k) series[kSeries[k]] = nlohmann::json::array();
+    nlohmann::json times = nlohmann::json::array();
+    for (const Point& point : node.series) {
+      if (point.t <= since) continue;
+      times.push_back(point.t);
+      for (std::size_t k = 0; k < kSeries.size(); ++k)
+        series[kSeries[k]].push_back(orNull(point.values[k]));
+    }
+    series["t"] = std::move(times);
+    entry["series"] = std::move(series);
+    nodes.push_back(std::move(entry));
+  }
+  nlohmann::json edges = nlohmann::json::array();
+  for (const Edge& edge : edges_) {
+    // A sender that does not answer sends nothing now: no share to show.
+    const bool sending = nodes_[edge.from].status.has_value();
+    edges.push_back({{"from", graph_.node(edge.from).id},
+                     {"to", graph_.node(edge.to).id},
+                     {"in_time", sending ? orNull(inTimeShare(edge)) : nlohmann::json()}});
+  }
+  return {{"name", graph_.name()},         {"layout", layout_.kind},
+          {"directed", graph_.directed()}, {"t", now_},
+          {"newest_round", newest},        {"nodes", std::move(nodes)},
+          {"edges", std::move(edges)}};
+}
+
+}  // namespace consensusd::cli

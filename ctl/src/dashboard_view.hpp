@@ -1,0 +1,65 @@
+#pragma once
+// What the dashboard knows of a cluster: each node's last status answer,
+// its state (including stopped and never started), its lag behind the
+// newest round, each edge's share of estimates that arrived in time over
+// the last minute, and per-node time series over the last minutes. Fed one
+// poll at a time; no sockets here. Not thread-safe: the caller locks.
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "consensusd/topology/topology.hpp"
+#include "dashboard_layout.hpp"
+
+namespace consensusd::cli {
+
+class ClusterView {
+ public:
+  // `keepS`: how many seconds of series to keep.
+  ClusterView(const topology::Topology& graph, double keepS);
+
+  // One poll at `t` seconds: statuses[i] is node i's answer, none if it did not answer.
+  void update(const std::vector<std::optional<nlohmann::json>>& statuses, double t);
+
+  // The page's data: graph, layout, nodes, edges, and the series points
+  // after `since` (all kept points for since < 0).
+  nlohmann::json toJson(double since) const;
+
+ private:
+  struct Point {
+    double t;
+    std::vector<std::optional<double>> values;  // one per series, kSeries order
+  };
+  struct Node {
+    std::optional<nlohmann::json> status;  // the last answer, if the last poll had one
+    bool everAnswered = false;
+    std::deque<Point> series;
+    double lastT = -1;
+    double lastBytes = -1;
+    std::map<std::string, std::uint64_t> lastCutoffs;
+  };
+  struct Edge {
+    std::size_t from;  // the sender
+    std::size_t to;    // the receiver, whose neighbour counters say
+    std::deque<std::pair<double, std::pair<std::uint64_t, std::uint64_t>>>
+        window;  // t, (on time, late)
+  };
+  std::string stateOf(std::size_t i) const;
+  std::optional<double> inTimeShare(const Edge& edge) const;
+
+  topology::Topology graph_;
+  double keepS_;
+  Layout layout_;
+  std::vector<Node> nodes_;
+  std::vector<Edge> edges_;
+  double now_ = 0;
+};
+
+}  // namespace consensusd::cli
