@@ -699,11 +699,15 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     ++slot.counters.mixed;
   }
   if (inputs.empty()) record.adopted = false;  // symmetric: none of them used ours
-  // Known far ahead: believed there, or claiming it now and not believed
-  // yet (a fellow joiner's round can end before the claims are).
+  // A neighbour that may be the running cluster: known far ahead (believed
+  // there, or claiming it and not believed yet), or not heard at all (its
+  // connection may still be coming up). A fellow joiner's round can end
+  // before either is settled; joining ends only once none is left.
   const bool aheadUnheld = std::any_of(slots_.begin(), slots_.end(), [&](const Slot& slot) {
     const bool claiming = slot.aheadSince && now - slot.aheadLast <= options_.peerTimeout;
-    return (slot.newestRound > joinAbove || claiming) && slot.presence == Presence::Working;
+    const bool unheard = slot.newestRound < 0 && !slot.aheadSince;
+    return (slot.newestRound > joinAbove || claiming || unheard) &&
+           slot.presence == Presence::Working;
   });
   if (record.adopted || (!inputs.empty() && !aheadUnheld)) joining_ = false;
   const Vector& params = *params_;

@@ -782,33 +782,39 @@ class Runner {
 
   // An estimate in chunks still on its way (the neighbour's round may wait
   // for it) goes out in full while it moves: the wait ends when nothing
-  // could be sent for a peer timeout, or on a second SIGTERM.
-  void finishSends() {
+  // could be sent for `patience`, or on a second SIGTERM. True if all went.
+  bool finishSends(Duration patience) {
     std::uint64_t sent = transport_->counters().bytesSent + transport_->unsent();
-    Time until = now() + engineOptions_.peerTimeout;
+    Time until = now() + patience;
     while (transport_->sending() && now() < until) {
       auto& items = pollItems_;
       items = {{nullptr, signalFd_, ZMQ_POLLIN, 0}};
       transport_->append(items);
       zmq::poll(items, std::chrono::milliseconds(50));
-      if ((items[0].revents & ZMQ_POLLIN) && readSignal(signalFd_) != SIGHUP) return;
+      if ((items[0].revents & ZMQ_POLLIN) && readSignal(signalFd_) != SIGHUP) return false;
       if (transport_->serve(std::span(items).subspan(1), now())) receive();
       transport_->offerBuffers(now());
       const std::uint64_t progress = transport_->counters().bytesSent + transport_->unsent();
       if (progress != sent) {  // more handed to ZeroMQ, or written by it
         sent = progress;
-        until = now() + engineOptions_.peerTimeout;
+        until = now() + patience;
       }
     }
+    return !transport_->sending();
   }
 
+  static constexpr Duration kGoodbyeGrace = std::chrono::milliseconds(200);
   void shutdown() {
     service_.stopping();
-    finishSends();  // before the checkpoint: writing a large model takes seconds
+    // Before the checkpoint: writing a large model takes seconds.
+    const bool flowing = finishSends(engineOptions_.peerTimeout);
     // After our last chunk (a BYE in the middle of an estimate truncates it),
     // before the checkpoint: the neighbours stop waiting for us at once.
     transport_->sendControl(wire::Kind::Bye, engine_->round(), 0, std::nullopt, now());
-    finishSends();  // the goodbye too: a full queue would keep it here
+    // The goodbye too (a full queue would keep it here); if something could
+    // not go for a peer timeout already (a neighbour gone), briefly: the
+    // live neighbours' sockets take theirs at once.
+    finishSends(flowing ? engineOptions_.peerTimeout : kGoodbyeGrace);
     finishCheckpoints();
     // A model of our own: the compute thread may still be busy with its.
     if (config::hasModel(cfg_)) {

@@ -267,30 +267,33 @@ TEST_CASE("two fresh nodes joining side by side take the cluster's state, not ea
   CHECK(then->adopted);
   CHECK(b.params()[0] == doctest::Approx(4.0));
 
-  // The cluster's claims not yet believed when the fellow's round ends
-  // (waiting for one of two, it ends at once): it stays joining, and joins
-  // once they are.
+  // The fellow's round ends (waiting for one of two, at once) before the
+  // cluster's node is heard at all, or while its claims are not believed
+  // yet: it stays joining either way, and joins once they are.
   EngineOptions oneOfTwo = options;
   oneOfTwo.policy.kind = PolicyKind::Static;
   oneOfTwo.policy.backups = 1;
-  Engine c(ring, 0, oneOfTwo, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
-  CHECK(c.onKeepAlive(2, 500, ms(0)) == Receipt::Implausible);
-  REQUIRE(c.tryStart(ms(1)));
-  CHECK(c.onEstimate(1, 0, fellow.data(), ms(1)) == Receipt::Stored);
-  c.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(2));
-  const auto early = c.tryFinish(ms(2));
-  REQUIRE(early);
-  CHECK_FALSE(early->adopted);
-  CHECK(early->responders == std::vector<std::size_t>{1});
-  CHECK(c.joining());
-  believeAhead(c, ms(10), ms(60));
-  CHECK(c.onEstimate(2, 500, cluster.data(), ms(60)) == Receipt::Stored);
-  REQUIRE(c.tryStart(ms(61)));
-  c.onGradient(1, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(61));
-  const auto joined = c.tryFinish(ms(61));
-  REQUIRE(joined);
-  CHECK(joined->adopted);
-  CHECK(c.params()[0] == doctest::Approx(4.0));
+  for (const bool claimed : {false, true}) {
+    CAPTURE(claimed);
+    Engine c(ring, 0, oneOfTwo, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+    if (claimed) CHECK(c.onKeepAlive(2, 500, ms(0)) == Receipt::Implausible);
+    REQUIRE(c.tryStart(ms(1)));
+    CHECK(c.onEstimate(1, 0, fellow.data(), ms(1)) == Receipt::Stored);
+    c.onGradient(0, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(2));
+    const auto early = c.tryFinish(ms(2));
+    REQUIRE(early);
+    CHECK_FALSE(early->adopted);
+    CHECK(early->responders == std::vector<std::size_t>{1});
+    CHECK(c.joining());
+    believeAhead(c, ms(10), ms(60));
+    CHECK(c.onEstimate(2, 500, cluster.data(), ms(60)) == Receipt::Stored);
+    REQUIRE(c.tryStart(ms(61)));
+    c.onGradient(1, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, ms(61));
+    const auto joined = c.tryFinish(ms(61));
+    REQUIRE(joined);
+    CHECK(joined->adopted);
+    CHECK(c.params()[0] == doctest::Approx(4.0));
+  }
 }
 
 TEST_CASE("a joiner adopts no forged state: one estimate far ahead is not believed") {
