@@ -52,6 +52,7 @@ struct Policy {
   std::string name;
   std::vector<std::string> overrides;
   bool isStatic = false;
+  bool synchronous = false;  // sync: the synchronous data-parallel baseline, not a wait policy
 };
 
 std::vector<std::string> split(const std::string& text, char by) {
@@ -62,10 +63,14 @@ std::vector<std::string> split(const std::string& text, char by) {
   return parts;
 }
 
-// all | static:B | static:A..B | timeout:MS | quantile:Q | dynamic
+// all | static:B | static:A..B | timeout:MS | quantile:Q | dynamic | sync
 std::vector<Policy> parsePolicies(const std::string& text) {
   std::vector<Policy> policies;
   for (const std::string& item : split(text, ',')) {
+    if (item == "sync") {
+      policies.push_back({item, {}, false, true});
+      continue;
+    }
     const auto colon = item.find(':');
     const std::string kind = item.substr(0, colon);
     const std::string arg = colon == std::string::npos ? "" : item.substr(colon + 1);
@@ -285,7 +290,9 @@ int runSimulate(const SimulateOptions& options) {
       sim.nodeEvalSamples = options.nodeEval;
       sim.threads = options.threads;
       const auto started = std::chrono::steady_clock::now();
-      const sim::SimResult result = sim::simulate(graph, data, shares, sim);
+      const sim::SimResult result = policy.synchronous
+                                        ? sim::simulateSynchronous(graph, data, shares, sim)
+                                        : sim::simulate(graph, data, shares, sim);
       const double wall =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
       std::string name = policy.name;
@@ -401,7 +408,9 @@ void addSimulateCommand(CLI::App& parent, std::function<int()>& action) {
       "real gradients): CSV per run and a time-to-accuracy table");
   cmd->add_option("topology", o->topology, "Topology file")->required();
   cmd->add_option("--policy", o->policies,
-                  "Comma list: all, static:B or static:A..B, timeout:MS, quantile:Q, dynamic")
+                  "Comma list: all, static:B or static:A..B, timeout:MS, quantile:Q, dynamic, "
+                  "and sync (the synchronous data-parallel baseline: all wait for all, exact "
+                  "average by ring all-reduce)")
       ->capture_default_str();
   cmd->add_option("--seeds", o->seeds, "Comma list of seeds (minibatches, stragglers)")
       ->capture_default_str();

@@ -391,3 +391,48 @@ TEST_CASE(
   const sim::SimResult slowInt8 = run(consensus::Compression::Int8);
   CHECK(slowInt8.nodeRounds[0] > 3 * slowPlain.nodeRounds[0]);
 }
+
+TEST_CASE("the synchronous baseline: exact averages, and a step as slow as the slowest node") {
+  Setup setup("ring", 4);
+  // Compute 10 ms, an all-reduce of no time: 101 steps by 1.005 s (0 .. 100).
+  const auto result =
+      sim::simulateSynchronous(setup.graph, setup.data, setup.shares, setup.options);
+  CHECK(result.nodeRounds == std::vector<std::int64_t>(4, 100));
+  CHECK(result.samples.back().consensusDistance == 0.0);
+  CHECK(result.samples.back().meanTarget == 3.0);
+  CHECK(result.samples.back().accuracy > 0.5);
+  // The same steps by hand: each node's minibatch drawn as the simulator draws it.
+  data::Model<float> model(setup.options.model);
+  Eigen::VectorXf x(static_cast<Eigen::Index>(model.dimension()));
+  model.initialize(x, setup.options.initSeed);
+  std::vector<data::MinibatchSampler> samplers;
+  for (std::size_t i = 0; i < 4; ++i)
+    samplers.emplace_back(setup.shares[i].size(), setup.options.engine.batchSize,
+                          setup.options.seed * 7919u + i);
+  data::Batch<float> batch;
+  Eigen::VectorXf gradient(x.size());
+  for (std::int64_t step = 0; step < 100; ++step) {
+    Eigen::VectorXf sum = Eigen::VectorXf::Zero(x.size());
+    for (std::size_t i = 0; i < 4; ++i) {
+      data::gather(setup.shares[i], samplers[i].next(), batch);
+      model.lossAndGradient(x, batch, gradient);
+      sum += gradient;
+    }
+    x -= static_cast<float>(setup.options.schedule.at(step)) * sum / 4.0F;
+  }
+  CHECK((result.nodeParams[0] - x).norm() == doctest::Approx(0.0).epsilon(1e-6));
+
+  // One node 20 ms slower every step paces all: 1005 / 30 = 33 steps. A
+  // ring all-reduce of 84 bytes over 4 nodes at 84 kB/s with 1 ms latency:
+  // 6 steps of 1.25 ms, 7.5 ms a step: 1005 / 37.5 = 26.
+  setup.options.stragglers.assign(4, {});
+  setup.options.stragglers[2] = {straggler(consensus::StragglerKind::Constant, 20ms, 0ms)};
+  CHECK(sim::simulateSynchronous(setup.graph, setup.data, setup.shares, setup.options)
+            .nodeRounds[0] == 33);
+  setup.options.link.latency = 1ms;
+  setup.options.link.bytesPerSecond = 84'000;
+  const auto linked =
+      sim::simulateSynchronous(setup.graph, setup.data, setup.shares, setup.options);
+  CHECK(linked.nodeRounds[0] == 26);
+  CHECK(linked.bytesSent == 26u * 2 * 84 * 3);
+}

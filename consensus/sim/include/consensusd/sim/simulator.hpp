@@ -108,6 +108,18 @@ struct SimResult {
 SimResult simulate(const topology::Topology& topology, const data::TrainTest& data,
                    const std::vector<data::Dataset>& shares, const SimOptions& options);
 
+// The baseline users run instead (synchronous data parallelism, torch
+// DDP's all-reduce): every node computes a gradient at the same x on its
+// share, all wait for the slowest, the gradients are averaged exactly by a
+// ring all-reduce (2(N-1) steps, each the slowest ring link's latency plus
+// its slow link delay plus 1/N of the estimate at its rate), and one SGD
+// step (the same schedule and momentum) is taken. The same shares,
+// minibatch draws, stragglers and links as `simulate`; the topology only
+// gives N and the ring's order. Samples as `simulate`'s (distance 0,
+// m = N - 1, no backups).
+SimResult simulateSynchronous(const topology::Topology& topology, const data::TrainTest& data,
+                              const std::vector<data::Dataset>& shares, const SimOptions& options);
+
 // How many times slower than `link` the link between nodes a and b is in a
 // run with this seed: exp(spread Z), the same both ways.
 double linkSlowness(const LinkModel& link, std::uint64_t seed, std::size_t a, std::size_t b);
