@@ -374,6 +374,9 @@ async function poll() {
       buildTable();
       view.built = true;
     }
+    if (data.t < view.since) {  // the dashboard restarted: its clock and series begin again
+      view.series.clear();
+    }
     view.since = data.t;
     view.data = data;
     mergeSeries(data);
