@@ -40,11 +40,8 @@ double sinceOf(const std::string& target) {
 }
 
 bool loopback(const std::string& listen) {
-  std::string host = listen.substr(0, listen.rfind(':'));
-  if (host == "localhost") return true;
-  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   boost::system::error_code error;
-  const auto address = boost::asio::ip::make_address(host, error);
+  const auto address = boost::asio::ip::make_address(listenHost(listen), error);
   return !error && address.is_loopback();
 }
 

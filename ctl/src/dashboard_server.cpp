@@ -127,6 +127,13 @@ struct DashboardServer::Impl {
   }
 };
 
+std::string listenHost(const std::string& listen) {
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host == "localhost") return "127.0.0.1";
+  if (host.size() > 2 && host.front() == '[') return host.substr(1, host.size() - 2);
+  return host;
+}
+
 DashboardServer::DashboardServer(const std::string& listen, Handler handler, Limits limits)
     : impl_(std::make_unique<Impl>()) {
   impl_->handler = std::move(handler);
@@ -134,9 +141,7 @@ DashboardServer::DashboardServer(const std::string& listen, Handler handler, Lim
   const std::size_t colon = listen.rfind(':');
   if (colon == std::string::npos)
     throw std::runtime_error("--listen " + listen + ": not HOST:PORT");
-  std::string host = listen.substr(0, colon);
-  if (host == "localhost") host = "127.0.0.1";
-  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  const std::string host = listenHost(listen);
   try {
     const int port = std::stoi(listen.substr(colon + 1));
     if (port < 0 || port > 65535) throw std::out_of_range("port");

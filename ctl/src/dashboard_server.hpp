@@ -15,6 +15,10 @@
 
 namespace consensusd::cli {
 
+// The address part of HOST:PORT as Asio reads it: "localhost" is
+// 127.0.0.1, an IPv6 address loses its brackets.
+std::string listenHost(const std::string& listen);
+
 struct HttpAnswer {
   unsigned status = 200;
   std::string contentType;
