@@ -25,6 +25,10 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// `consensusd --check` reads the node's whole data set, as the daemon would:
+// seconds under the sanitizers, more beside other tests on a loaded machine.
+constexpr auto kCheckLimit = std::chrono::seconds(120);
+
 // A datagram socket standing in for systemd's notification socket.
 class NotifySocket {
  public:
@@ -140,7 +144,8 @@ TEST_CASE("the Debian package holds binaries, unit, user and docs, and its conse
   CHECK(version.exitCode == 0);
   CHECK(version.out.find("consensusd") != std::string::npos);
   const auto check = runProcess({root + "/usr/bin/consensusd", "--config",
-                                 CONSENSUSD_SOURCE_DIR "/config/examples/n0.yaml", "--check"});
+                                 CONSENSUSD_SOURCE_DIR "/config/examples/n0.yaml", "--check"},
+                                {}, kCheckLimit);
   INFO(check.out << check.err);
   CHECK(check.exitCode == 0);
 }
@@ -156,8 +161,8 @@ TEST_CASE("consensusctl compose writes a testbed that docker-compose validates")
   REQUIRE(compose.exitCode == 0);
   // Each node's config checks with the endpoints rewritten to service names.
   for (const char* node : {"n0", "n3", "n7"}) {
-    const auto check =
-        runProcess({CONSENSUSD, "--config", out + "/config/" + node + ".yaml", "--check"});
+    const auto check = runProcess(
+        {CONSENSUSD, "--config", out + "/config/" + node + ".yaml", "--check"}, {}, kCheckLimit);
     INFO(check.out << check.err);
     CHECK(check.exitCode == 0);
   }
@@ -225,7 +230,8 @@ TEST_CASE("consensusctl k8s writes manifests that validate against the Kubernete
     CHECK(readText(config).find("node: {id: " + id + ",") != std::string::npos);
     // As the daemon reads it (the key file exists only in the pod).
     const auto check =
-        runProcess({CONSENSUSD, "--config", config, "--set", "security.curve=false", "--check"});
+        runProcess({CONSENSUSD, "--config", config, "--set", "security.curve=false", "--check"}, {},
+                   kCheckLimit);
     INFO(check.out << check.err);
     CHECK(check.exitCode == 0);
   }
