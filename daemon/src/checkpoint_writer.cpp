@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "event_fd.hpp"
+#include "thread_name.hpp"
 
 namespace consensusd::daemon {
 
@@ -11,7 +12,10 @@ CheckpointWriter::CheckpointWriter(std::string folder, std::size_t keep, Checkpo
     : store_(std::move(folder), keep),
       identity_(std::move(identity)),
       doneFd_(doneFd),
-      thread_([this] { loop(); }) {}
+      thread_([this] {
+        nameThisThread("checkpoint");
+        loop();
+      }) {}
 
 CheckpointWriter::~CheckpointWriter() {
   {

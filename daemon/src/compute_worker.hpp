@@ -23,6 +23,7 @@
 #include "consensusd/data/optimizer.hpp"
 #include "consensusd/data/partition.hpp"
 #include "event_fd.hpp"
+#include "thread_name.hpp"
 
 namespace consensusd::daemon {
 
@@ -60,7 +61,10 @@ class ComputeWorker {
         straggler_(straggler),
         readyFd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
         failAtRound_(failpointRound()),
-        thread_([this] { loop(); }) {}
+        thread_([this] {
+          nameThisThread("compute");
+          loop();
+        }) {}
 
   ~ComputeWorker() {
     {

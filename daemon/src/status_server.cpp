@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "thread_name.hpp"
+
 namespace consensusd::daemon {
 namespace {
 
@@ -450,6 +452,7 @@ StatusServer::StatusServer(std::string path, std::string httpAddress, StatusBoar
     impl_->acceptHttp();
   }
   impl_->thread = std::thread([impl = impl_.get()] {
+    nameThisThread("status");
     // No exception ends the process from this thread: a failed handler is
     // logged and the loop goes on (asio allows run() again after a throw).
     for (;;) {
