@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <string>
 
@@ -58,15 +59,19 @@ void keepLargeBuffersWarm() {
 // kernel's default mode, `madvise`) one fault maps 2 MiB. glibc advises
 // its heap only when told at start (the tunable glibc.malloc.hugetlb),
 // so the daemon starts itself again once with the tunable added; if that
-// fails it runs on as it is.
+// fails it runs on as it is. It starts its own file by name, not as
+// /proc/self/exe: the process's name (ps, top, pgrep) is the file's.
 void adviseHugePages(char** argv) {
   constexpr const char* kTunable = "glibc.malloc.hugetlb=1";
   const char* tunables = std::getenv("GLIBC_TUNABLES");
   if (tunables != nullptr && std::strstr(tunables, "glibc.malloc.hugetlb") != nullptr) return;
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) return;
   const std::string value =
       tunables != nullptr && *tunables != '\0' ? std::string(tunables) + ":" + kTunable : kTunable;
   if (::setenv("GLIBC_TUNABLES", value.c_str(), 1) != 0) return;
-  ::execv("/proc/self/exe", argv);
+  ::execv(self.c_str(), argv);
 }
 
 int runDaemon(const consensusd::config::LoadedConfig& loaded) {

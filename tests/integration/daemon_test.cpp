@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <set>
 #include <zmq.hpp>
 
 #include "cluster.hpp"
@@ -30,6 +31,7 @@ using consensusd::testing::endpointOf;
 using consensusd::testing::Intruder;
 using consensusd::testing::kFast;
 using consensusd::testing::readBytes;
+using consensusd::testing::readText;
 using consensusd::testing::roundOf;
 using consensusd::testing::runProcess;
 using consensusd::testing::sendRawTcp;
@@ -85,6 +87,16 @@ TEST_CASE("status socket: every command, malformed and oversized requests") {
   auto& daemon = cluster.start(0);
   REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
   REQUIRE(waitFor([&] { return roundOf(cluster, 0) > 3; }, 30s));
+
+  // ps, top and pgrep know the daemon by its file's name (it starts itself
+  // again once at start), and top -H its threads by what they do.
+  const std::string proc = "/proc/" + std::to_string(daemon.pid());
+  CHECK(readText(proc + "/comm") == "consensusd\n");
+  std::set<std::string> threads;
+  for (const auto& task : std::filesystem::directory_iterator(proc + "/task"))
+    threads.insert(readText(task.path().string() + "/comm"));
+  CHECK(threads.count("status\n") == 1);
+  CHECK(threads.count("compute\n") == 1);
 
   const json status = ask(cluster, 0, {{"cmd", "status"}});
   CHECK(status["node"] == "n0");
