@@ -108,7 +108,7 @@ int runDashboard(const DashboardOptions& o) {
     {
       const std::lock_guard lock(mutex);
       view.update(
-          statuses,
+          std::move(statuses),
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     }
     const auto next = pollStart + std::chrono::milliseconds(o.refreshMs);

@@ -19,6 +19,29 @@ std::optional<double> number(const nlohmann::json& status, const char* key) {
   return it->get<double>();
 }
 
+// A status is what a socket answered: a field of another type counts as absent.
+std::string text(const nlohmann::json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+std::uint64_t count(const nlohmann::json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_number_unsigned() ? it->get<std::uint64_t>() : 0;
+}
+std::int64_t roundOf(const nlohmann::json& status) {
+  const auto it = status.find("round");
+  return it != status.end() && it->is_number_integer() ? it->get<std::int64_t>() : -1;
+}
+// The status's neighbour entries that are objects.
+std::vector<const nlohmann::json*> neighborsOf(const nlohmann::json& status) {
+  std::vector<const nlohmann::json*> entries;
+  const auto it = status.find("neighbors");
+  if (it == status.end() || !it->is_array()) return entries;
+  for (const auto& n : *it)
+    if (n.is_object()) entries.push_back(&n);
+  return entries;
+}
+
 nlohmann::json orNull(const std::optional<double>& value) {
   return value ? nlohmann::json(*value) : nlohmann::json();
 }
@@ -26,17 +49,25 @@ nlohmann::json orNull(const std::optional<double>& value) {
 }  // namespace
 
 ClusterView::ClusterView(const topology::Topology& graph, double keepS)
-    : graph_(graph), keepS_(keepS), layout_(layoutGraph(graph)), nodes_(graph.size()) {
-  for (std::size_t i = 0; i < graph.size(); ++i)
+    : graph_(graph),
+      keepS_(keepS),
+      layout_(layoutGraph(graph)),
+      nodes_(graph.size()),
+      suspect_(graph.size(), false) {
+  for (std::size_t i = 0; i < graph.size(); ++i) {
+    indexOf_.emplace(graph.node(i).id, i);
     for (const topology::Neighbor& n : graph.inNeighbors(i)) edges_.push_back({n.index, i, {}});
+  }
 }
 
-void ClusterView::update(const std::vector<std::optional<nlohmann::json>>& statuses, double t) {
+void ClusterView::update(std::vector<std::optional<nlohmann::json>> statuses, double t) {
   now_ = t;
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     Node& node = nodes_[i];
-    node.status = i < statuses.size() ? statuses[i] : std::nullopt;
-    if (node.status && !node.status->value("ok", true)) node.status.reset();
+    node.status = i < statuses.size() ? std::move(statuses[i]) : std::nullopt;
+    if (node.status && (!node.status->is_object() ||
+                        (node.status->contains("ok") && (*node.status)["ok"] != true)))
+      node.status.reset();  // an error answer, or not a status
     Point point{t, std::vector<std::optional<double>>(kSeries.size())};
     if (node.status) {
       const nlohmann::json& s = *node.status;
@@ -48,7 +79,7 @@ void ClusterView::update(const std::vector<std::optional<nlohmann::json>>& statu
       point.values[3] = number(s, "target");
       point.values[4] = number(s, "consensus_distance");
       const double bytes =
-          s.value("bytes_sent", 0.0) + s.value("bytes_received", 0.0);  // both ways
+          number(s, "bytes_sent").value_or(0) + number(s, "bytes_received").value_or(0);
       if (node.lastBytes >= 0 && t > node.lastT && bytes >= node.lastBytes)
         point.values[5] = (bytes - node.lastBytes) / (t - node.lastT);
       // The rounds cut off by time (timeout, deadline) among those since the last poll.
@@ -74,14 +105,23 @@ void ClusterView::update(const std::vector<std::optional<nlohmann::json>>& statu
     node.series.push_back(std::move(point));
     while (!node.series.empty() && node.series.front().t < t - keepS_) node.series.pop_front();
   }
+  // Suspect: a neighbour that answers has not heard from it for a peer timeout.
+  std::fill(suspect_.begin(), suspect_.end(), false);
+  for (const Node& node : nodes_) {
+    if (!node.status) continue;
+    for (const nlohmann::json* n : neighborsOf(*node.status)) {
+      if (text(*n, "state") != "suspect") continue;
+      const auto it = indexOf_.find(text(*n, "id"));
+      if (it != indexOf_.end()) suspect_[it->second] = true;
+    }
+  }
   // What each receiver says of each sender: estimates on time and late.
   for (Edge& edge : edges_) {
     const auto& receiver = nodes_[edge.to].status;
-    if (receiver && receiver->contains("neighbors")) {
-      for (const auto& n : (*receiver)["neighbors"]) {
-        if (n.value("id", "") != graph_.node(edge.from).id) continue;
-        edge.window.push_back(
-            {t, {n.value("on_time", std::uint64_t{0}), n.value("late", std::uint64_t{0})}});
+    if (receiver) {
+      for (const nlohmann::json* n : neighborsOf(*receiver)) {
+        if (text(*n, "id") != graph_.node(edge.from).id) continue;
+        edge.window.push_back({t, {count(*n, "on_time"), count(*n, "late")}});
       }
     }
     while (!edge.window.empty() && edge.window.front().first < t - kEdgeWindowS)
@@ -102,21 +142,15 @@ std::optional<double> ClusterView::inTimeShare(const Edge& edge) const {
 std::string ClusterView::stateOf(std::size_t i) const {
   const Node& node = nodes_[i];
   if (!node.status) return node.everAnswered ? "stopped" : "not started";
-  // Suspect: a neighbour that answers has not heard from it for a peer timeout.
-  const std::string& id = graph_.node(i).id;
-  for (const Node& other : nodes_) {
-    if (!other.status || !other.status->contains("neighbors")) continue;
-    for (const auto& n : (*other.status)["neighbors"])
-      if (n.value("id", "") == id && n.value("state", "") == "suspect") return "suspect";
-  }
-  const std::string phase = node.status->value("phase", "");
+  if (suspect_[i]) return "suspect";
+  const std::string phase = text(*node.status, "phase");
   return phase == "idle" ? "training" : phase;
 }
 
 nlohmann::json ClusterView::toJson(double since) const {
   std::int64_t newest = -1;
   for (const Node& node : nodes_)
-    if (node.status) newest = std::max(newest, node.status->value("round", std::int64_t{-1}));
+    if (node.status) newest = std::max(newest, roundOf(*node.status));
   nlohmann::json nodes = nlohmann::json::array();
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const Node& node = nodes_[i];
@@ -125,7 +159,7 @@ nlohmann::json ClusterView::toJson(double since) const {
                             {"y", layout_.y[i]},
                             {"state", stateOf(i)},
                             {"status", node.status ? *node.status : nlohmann::json()}};
-    if (node.status) entry["lag"] = newest - node.status->value("round", newest);
+    if (node.status && roundOf(*node.status) >= 0) entry["lag"] = newest - roundOf(*node.status);
     nlohmann::json series = nlohmann::json::object();
     for (std::size_t k = 0; k < kSeries.size(); ++k) series[kSeries[k]] = nlohmann::json::array();
     nlohmann::json times = nlohmann::json::array();

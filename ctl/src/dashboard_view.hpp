@@ -26,7 +26,7 @@ class ClusterView {
   ClusterView(const topology::Topology& graph, double keepS);
 
   // One poll at `t` seconds: statuses[i] is node i's answer, none if it did not answer.
-  void update(const std::vector<std::optional<nlohmann::json>>& statuses, double t);
+  void update(std::vector<std::optional<nlohmann::json>> statuses, double t);
 
   // The page's data: graph, layout, nodes, edges, and the series points
   // after `since` (all kept points for since < 0).
@@ -59,6 +59,8 @@ class ClusterView {
   Layout layout_;
   std::vector<Node> nodes_;
   std::vector<Edge> edges_;
+  std::map<std::string, std::size_t, std::less<>> indexOf_;  // node id -> index
+  std::vector<bool> suspect_;                                // per node, as of the last poll
   double now_ = 0;
 };
 

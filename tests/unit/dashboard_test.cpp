@@ -203,6 +203,31 @@ TEST_CASE("view: never started, stopped, suspect and training nodes, and their l
   CHECK(nodeOf(view.toJson(-1), "n2")["state"] == "stopped");
 }
 
+TEST_CASE("view: a status socket's answer of any shape is shown as far as it makes sense") {
+  // Whatever listens on a status path is trusted for nothing: fields of the
+  // wrong type count as absent, and nothing ends the poll loop.
+  const topology::Topology ring = generated("ring", 3);
+  ClusterView view(ring, 100);
+  json n0 = status("n0", 10);
+  n0["neighbors"] = {1, "n1", json{{"id", 7}, {"state", "suspect"}},
+                     json{{"id", "n2"}, {"state", "suspect"}, {"on_time", "many"}, {"late", -3}}};
+  n0["bytes_sent"] = "lots";
+  n0["cutoffs"] = {{"count", "x"}, {"timeout", -1}};
+  n0["phase"] = 5;
+  json n1 = status("n1", 9);
+  n1["round"] = "nine";
+  n1["ok"] = "yes";  // not true: an error answer
+  CHECK_NOTHROW(view.update({n0, json::array({1, 2}), json("status")}, 1.0));
+  CHECK_NOTHROW(view.update({n0, n1, json{{"neighbors", "none"}}}, 2.0));
+  const json data = view.toJson(-1);
+  CHECK(nodeOf(data, "n0")["state"] == "");  // no phase it knows
+  CHECK(nodeOf(data, "n1")["state"] == "not started");
+  CHECK(nodeOf(data, "n1")["status"].is_null());
+  CHECK(nodeOf(data, "n2")["state"] == "suspect");  // n0's entry for it says so
+  CHECK(nodeOf(data, "n2")["lag"].is_null());       // no round: no lag
+  CHECK(data["newest_round"] == 10);
+}
+
 TEST_CASE("view: edges' share in time over the last minute, series since a time") {
   const topology::Topology ring = generated("ring", 3);
   ClusterView view(ring, 100);
