@@ -91,16 +91,19 @@ int runDashboard(const DashboardOptions& o) {
   std::cout << "dashboard of " << graph.name() << " (" << graph.size() << " nodes) at http://"
             << host << ":" << server->port() << "/" << std::endl;
 
+  // One connection per node, kept from poll to poll.
+  std::vector<StatusConnection> nodes;
+  for (std::size_t i = 0; i < graph.size(); ++i) {
+    const topology::NodeSpec& node = graph.node(i);
+    nodes.emplace_back(node.status.empty() ? "/run/consensusd/" + node.id + ".sock" : node.status);
+  }
   const auto started = std::chrono::steady_clock::now();
   for (;;) {
     const auto pollStart = std::chrono::steady_clock::now();
     std::vector<std::optional<nlohmann::json>> statuses(graph.size());
     for (std::size_t i = 0; i < graph.size(); ++i) {
-      const topology::NodeSpec& node = graph.node(i);
-      const std::string path =
-          node.status.empty() ? "/run/consensusd/" + node.id + ".sock" : node.status;
       try {
-        statuses[i] = askDaemon(path, {{"cmd", "status"}}, std::chrono::milliseconds(500));
+        statuses[i] = nodes[i].ask({{"cmd", "status"}}, std::chrono::milliseconds(500));
       } catch (const std::exception&) {
         // Not running, or not answering: the view shows it so.
       }

@@ -149,6 +149,34 @@ TEST_CASE("status socket: every command, malformed and oversized requests") {
   CHECK_FALSE(std::filesystem::exists(cluster.socket(0)));
 }
 
+TEST_CASE("a kept status connection answers request after request and rides out restarts") {
+  Cluster cluster(1, with(kFast, {"train.rounds=0"}));
+  cluster.start(0);
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+  consensusd::cli::StatusConnection connection(cluster.socket(0));
+  const json status{{"cmd", "status"}};
+  std::int64_t last = -1;
+  for (int i = 0; i < 5; ++i) {
+    const json answer = connection.ask(status, 5s);
+    CHECK(answer["node"] == "n0");
+    CHECK(answer["round"].get<std::int64_t>() >= last);
+    last = answer["round"].get<std::int64_t>();
+  }
+  // Its daemon gone: an error; a new daemon on the same path answers.
+  cluster.child(0).signal(SIGTERM);
+  REQUIRE(cluster.child(0).wait(10s).has_value());
+  CHECK_THROWS_AS(connection.ask(status, 5s), std::runtime_error);
+  cluster.start(0);
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+  CHECK(connection.ask(status, 5s)["node"] == "n0");
+  // Restarted between two requests: the kept connection is replaced at once.
+  cluster.child(0).signal(SIGTERM);
+  REQUIRE(cluster.child(0).wait(10s).has_value());
+  cluster.start(0);
+  REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
+  CHECK(connection.ask(status, 5s)["node"] == "n0");
+}
+
 TEST_CASE("SIGTERM stops cleanly with a checkpoint, even with the neighbour gone") {
   Cluster cluster(2, with(kFast, {"train.rounds=0", "consensus.policy=all"}));
   cluster.startAll();
