@@ -683,8 +683,15 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   // joiner's, would pull them back toward the start until mixing washed it
   // out). While a neighbour is known to be far ahead it stays joining; a
   // whole cluster starting together mixes estimates of its own rounds and
-  // keeps x_0.
-  const std::int64_t joinAbove = round_ + options_.skipAhead;
+  // keeps x_0. Once a neighbour was seen far ahead (believed there, or
+  // claiming it), "far" counts from round 0: a joiner that ran rounds alone
+  // until its neighbours came into reach may have caught up with their
+  // round numbers, but holds nothing of their state.
+  if (joining_ && std::any_of(slots_.begin(), slots_.end(), [&](const Slot& slot) {
+        return slot.aheadSince.has_value() || slot.newestRound > round_ + options_.skipAhead;
+      }))
+    clusterAhead_ = true;
+  const std::int64_t joinAbove = (clusterAhead_ ? 0 : round_) + options_.skipAhead;
   record.adopted = joining_ && newestMixed > joinAbove;
   std::vector<MixInput> inputs;
   for (Slot& slot : slots_) {

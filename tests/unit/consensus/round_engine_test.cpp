@@ -215,6 +215,41 @@ TEST_CASE("a fresh node joining a running cluster takes its neighbours' estimate
   CHECK(b.params()[0] == doctest::Approx(2.0));  // (0 + 2 + 4) / 3, Metropolis on a ring
 }
 
+TEST_CASE("a joiner that ran rounds alone up to its neighbours' round still takes their state") {
+  // Its neighbours were seen far ahead, out of reach; it trained alone
+  // meanwhile (faster than they do, waiting for nobody) until their round
+  // came into reach. Its round caught up with theirs; its x did not.
+  const Topology ring = graph("ring", 3);
+  EngineOptions options = withPolicy(PolicyKind::All);
+  options.roundSkipping = true;
+  options.peerTimeout = milliseconds(100);
+  Engine a(ring, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
+  a.onKeepAlive(1, 500, ms(0));  // a claim beyond reach: not believed
+  Time t = ms(0);
+  bool computing = false;
+  while (a.round() < 499 && t < ms(5000)) {
+    if (!computing && a.tryStart(t)) {
+      a.onGradient(a.round(), Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, t);
+      computing = true;
+    }
+    if (computing && a.tryFinish(t)) computing = false;
+    t += ms(1);
+  }
+  REQUIRE(a.round() == 499);
+  REQUIRE(a.joining());
+  const Eigen::VectorXd two = Eigen::VectorXd::Constant(1, 2.0);
+  const Eigen::VectorXd four = Eigen::VectorXd::Constant(1, 4.0);
+  CHECK(a.onEstimate(1, 500, two.data(), t) == Receipt::Stored);  // in reach now
+  CHECK(a.onEstimate(2, 500, four.data(), t) == Receipt::Stored);
+  REQUIRE(a.tryStart(t));
+  a.onGradient(499, Eigen::VectorXd::Zero(1), 0.0, GradientStats{}, t);
+  const auto joined = a.tryFinish(t);
+  REQUIRE(joined);
+  CHECK(joined->adopted);
+  CHECK_FALSE(a.joining());
+  CHECK(a.params()[0] == doctest::Approx(3.0));  // theirs alone, not (0 + 2 + 4) / 3
+}
+
 TEST_CASE("two fresh nodes joining side by side take the cluster's state, not each other's x_0") {
   // n0 and n1 join together; n2 has run 500 rounds.
   const Topology ring = graph("ring", 3);

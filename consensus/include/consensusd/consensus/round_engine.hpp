@@ -320,6 +320,7 @@ class RoundEngine {
   // joined). Ends there, or at a mix while no live neighbour is far ahead
   // (the cluster started with it).
   bool joining_ = false;
+  bool clusterAhead_ = false;  // while joining, a neighbour was seen far ahead
   std::int64_t round_;
   Time roundStart_{};
   std::optional<Time> blockedSince_;  // first refusal by the lead bound
