@@ -111,6 +111,8 @@ def main():
                                                local_steps=args.local_steps)
         first = optimizer.round
     start = time.monotonic()
+    # Wall-clock time of the first step: comparisons line several processes up by it.
+    print(f"first step at {time.time():.3f} (unix time)", flush=True)
     round_ = first
     step = 0  # within the round: with --local-steps, the round's last is measured
     while round_ < args.rounds:
