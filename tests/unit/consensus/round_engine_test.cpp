@@ -151,11 +151,17 @@ TEST_CASE("plausible rounds: a neighbour truly ahead is believed after half a pe
   CHECK(a.onKeepAlive(1, 1001, ms(63)) == Receipt::Stored);  // in reach again
 }
 
-TEST_CASE("a fresh node joining a running cluster takes its neighbours' estimates, not its x_0") {
-  const Topology ring = graph("ring", 3);
+// The joining tests' engine: waits for all, skips rounds, 100 ms peer timeout.
+EngineOptions joiningOptions() {
   EngineOptions options = withPolicy(PolicyKind::All);
   options.roundSkipping = true;
   options.peerTimeout = milliseconds(100);
+  return options;
+}
+
+TEST_CASE("a fresh node joining a running cluster takes its neighbours' estimates, not its x_0") {
+  const Topology ring = graph("ring", 3);
+  const EngineOptions options = joiningOptions();
   Engine a(ring, 0, options, rate(0.1), 0.0, Eigen::VectorXd::Zero(1), Time{});
   // The neighbours' claims of round 500 are believed after half a peer timeout.
   const Eigen::VectorXd two = Eigen::VectorXd::Constant(1, 2.0);
@@ -220,9 +226,7 @@ TEST_CASE("a joiner that ran rounds alone up to its neighbours' round still take
   // meanwhile (faster than they do, waiting for nobody) until their round
   // came into reach. Its round caught up with theirs; its x did not.
   const Topology ring = graph("ring", 3);
-  EngineOptions options = withPolicy(PolicyKind::All);
-  options.roundSkipping = true;
-  options.peerTimeout = milliseconds(100);
+  const EngineOptions options = joiningOptions();
   Engine a(ring, 0, options, rate(0.0), 0.0, Eigen::VectorXd::Zero(1), Time{});
   a.onKeepAlive(1, 500, ms(0));  // a claim beyond reach: not believed
   Time t = ms(0);
@@ -253,9 +257,7 @@ TEST_CASE("a joiner that ran rounds alone up to its neighbours' round still take
 TEST_CASE("two fresh nodes joining side by side take the cluster's state, not each other's x_0") {
   // n0 and n1 join together; n2 has run 500 rounds.
   const Topology ring = graph("ring", 3);
-  EngineOptions options = withPolicy(PolicyKind::All);
-  options.roundSkipping = true;
-  options.peerTimeout = milliseconds(100);
+  const EngineOptions options = joiningOptions();
   const Eigen::VectorXd fellow = Eigen::VectorXd::Constant(1, 8.0);
   const Eigen::VectorXd cluster = Eigen::VectorXd::Constant(1, 4.0);
   const auto believeAhead = [](Engine& e, Time from, Time to) {
