@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <array>
 #include <boost/asio/ip/address.hpp>
 #include <chrono>
 #include <ctime>
@@ -19,6 +20,42 @@
 
 namespace consensusd::cli {
 namespace {
+
+// What the view and the page read of a node's status: a third of a full
+// answer (of each neighbour only these, no class histogram), less for each
+// daemon to send and for the poll to parse.
+constexpr std::array kPolledFields{"round",
+                                   "phase",
+                                   "policy",
+                                   "target",
+                                   "backups",
+                                   "degree",
+                                   "responders",
+                                   "suspects",
+                                   "cutoffs",
+                                   "loss",
+                                   "accuracy",
+                                   "consensus_distance",
+                                   "rounds_per_s",
+                                   "last_checkpoint_round",
+                                   "topology",
+                                   "topology_hash",
+                                   "uptime_s",
+                                   "version",
+                                   "rejects",
+                                   "discarded",
+                                   "bytes_sent",
+                                   "bytes_received",
+                                   "sent_bytes_per_sample",
+                                   "trainer",
+                                   "neighbors.id",
+                                   "neighbors.state",
+                                   "neighbors.last_round",
+                                   "neighbors.median_arrival_ms",
+                                   "neighbors.on_time",
+                                   "neighbors.late",
+                                   "neighbors.rejected",
+                                   "neighbors.bytes_per_s"};
 
 struct DashboardOptions {
   std::string topology;
@@ -91,6 +128,7 @@ int runDashboard(const DashboardOptions& o) {
   std::cout << "dashboard of " << graph.name() << " (" << graph.size() << " nodes) at http://"
             << host << ":" << server->port() << "/" << std::endl;
 
+  const nlohmann::json poll = {{"cmd", "status"}, {"fields", kPolledFields}};
   // One connection per node, kept from poll to poll.
   std::vector<StatusConnection> nodes;
   for (std::size_t i = 0; i < graph.size(); ++i) {
@@ -103,7 +141,7 @@ int runDashboard(const DashboardOptions& o) {
     std::vector<std::optional<nlohmann::json>> statuses(graph.size());
     for (std::size_t i = 0; i < graph.size(); ++i) {
       try {
-        statuses[i] = nodes[i].ask({{"cmd", "status"}}, std::chrono::milliseconds(500));
+        statuses[i] = nodes[i].ask(poll, std::chrono::milliseconds(500));
       } catch (const std::exception&) {
         // Not running, or not answering: the view shows it so.
       }

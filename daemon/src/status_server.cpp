@@ -9,6 +9,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <filesystem>
+#include <set>
+#include <string_view>
 #include <thread>
 
 #include "thread_name.hpp"
@@ -25,6 +27,45 @@ constexpr auto kIdleTimeout = std::chrono::seconds(30);
 
 nlohmann::json error(const std::string& message) {
   return {{"ok", false}, {"error", message}};
+}
+
+// A status cut to the fields a poller asked for ("fields": ["round",
+// "neighbors.on_time", ...]): "key" keeps a top-level field, "neighbors.key"
+// that field of each neighbour (which then keeps only those; "neighbors"
+// keeps them whole). Names the daemon does not know are left out, so a
+// poller can ask an older daemon. None if `fields` is not a short array of
+// short names.
+std::optional<nlohmann::json> selectFields(nlohmann::json full, const nlohmann::json& fields) {
+  constexpr std::size_t kMaxFields = 128;
+  constexpr std::size_t kMaxName = 64;
+  if (!fields.is_array() || fields.size() > kMaxFields) return std::nullopt;
+  const std::string_view prefix = "neighbors.";
+  std::set<std::string, std::less<>> keys;
+  std::set<std::string, std::less<>> neighborKeys;
+  for (const auto& field : fields) {
+    if (!field.is_string() || field.get_ref<const std::string&>().size() > kMaxName)
+      return std::nullopt;
+    const auto& name = field.get_ref<const std::string&>();
+    if (name.rfind(prefix, 0) == 0) {
+      neighborKeys.insert(name.substr(prefix.size()));
+    } else {
+      keys.insert(name);
+    }
+  }
+  nlohmann::json out = nlohmann::json::object();
+  for (const std::string& key : keys)
+    if (const auto it = full.find(key); it != full.end()) out[key] = std::move(*it);
+  if (!neighborKeys.empty() && !keys.contains("neighbors")) {
+    nlohmann::json neighbors = nlohmann::json::array();
+    for (auto& entry : full["neighbors"]) {  // toJson always has it
+      nlohmann::json kept = nlohmann::json::object();
+      for (const std::string& key : neighborKeys)
+        if (const auto it = entry.find(key); it != entry.end()) kept[key] = std::move(*it);
+      neighbors.push_back(std::move(kept));
+    }
+    out["neighbors"] = std::move(neighbors);
+  }
+  return out;
 }
 
 bool peerIsUs(Local::socket& socket) {
@@ -321,6 +362,11 @@ std::optional<nlohmann::json> answerRequest(const std::string& line, const Statu
     if (snapshot == nullptr) return error("starting up");
     if (name == "status") {
       nlohmann::json answer = toJson(*snapshot);
+      if (request.contains("fields")) {
+        auto selected = selectFields(std::move(answer), request["fields"]);
+        if (!selected) return error("fields: expected an array of at most 128 field names");
+        answer = std::move(*selected);
+      }
       answer["ok"] = true;
       return answer;
     }

@@ -401,6 +401,38 @@ TEST_CASE("status requests: reads answer at once, mutations need trust, junk get
         R"({"error":"starting up","ok":false})");
 }
 
+TEST_CASE("status requests: a poller gets only the fields it names, or an error") {
+  daemon::StatusSnapshot snapshot;
+  snapshot.node = "n4";
+  snapshot.round = 17;
+  daemon::NeighborStatus n1;
+  n1.id = "n1";
+  n1.onTime = 5;
+  n1.late = 2;
+  snapshot.neighbors = {n1};
+  daemon::Command command;
+  const auto answer = [&](const std::string& line) {
+    return *daemon::answerRequest(line, &snapshot, false, command);
+  };
+  CHECK(answer(R"({"cmd":"status","fields":["round","no_such_field","neighbors.id",)"
+               R"("neighbors.on_time","neighbors.no_such_field"]})")
+            .dump() == R"({"neighbors":[{"id":"n1","on_time":5}],"ok":true,"round":17})");
+  CHECK(answer(R"({"cmd":"status","fields":["node","neighbors","neighbors.id"]})")["neighbors"][0]
+                                                                                  ["late"] == 2);
+  CHECK(answer(R"({"cmd":"status","fields":["round","round","neighbors.id","neighbors.id"]})")
+            .dump() == R"({"neighbors":[{"id":"n1"}],"ok":true,"round":17})");
+  CHECK(answer(R"({"cmd":"status","fields":[]})").dump() == R"({"ok":true})");
+  const std::string refused = R"({"error":"fields: expected an array of at most 128 field names",)"
+                              R"("ok":false})";
+  CHECK(answer(R"({"cmd":"status","fields":"round"})").dump() == refused);
+  CHECK(answer(R"({"cmd":"status","fields":["round",7]})").dump() == refused);
+  CHECK(answer(R"({"cmd":"status","fields":[")" + std::string(65, 'x') + R"("]})").dump() ==
+        refused);
+  std::string many = R"({"cmd":"status","fields":["round")";
+  for (int i = 0; i < 128; ++i) many += R"(,"round")";
+  CHECK(answer(many + "]}").dump() == refused);
+}
+
 TEST_CASE("liveness: a snapshot older than the stall limit means the engine loop hangs") {
   daemon::StatusBoard board;
   const auto t0 = daemon::StatusBoard::Clock::time_point{} + std::chrono::hours(1);
