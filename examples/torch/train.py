@@ -64,6 +64,40 @@ def save_state(path, optimizer, rng):
     os.replace(temporary, path)
 
 
+def daemon_sgd(args, model, images, labels, test_images, test_labels, rng):
+    """--daemon-sgd: no optimizer here; each round hands the daemon the gradient
+    at x_k and the daemon's own optimizer steps (train.learning_rate,
+    train.momentum, train.schedule), as for its built-in models."""
+    import consensusd
+    from torch.nn.utils import parameters_to_vector, vector_to_parameters
+    params = list(model.parameters())
+    x0 = parameters_to_vector(params).detach().numpy()
+    start = time.monotonic()
+    print(f"first step at {time.time():.3f} (unix time)", flush=True)
+    with consensusd.attach(args.socket, x0.size, "float32", init=x0, timeout=60) as node:
+        for current in node.rounds():
+            with torch.no_grad():
+                vector_to_parameters(torch.from_numpy(np.array(current.params)), params)
+            batch = torch.from_numpy(rng.integers(0, len(images), args.batch))
+            model.zero_grad()
+            loss = nn.functional.cross_entropy(model(images[batch]), labels[batch])
+            loss.backward()
+            accuracy = test_loss = None
+            last = current.index == args.rounds - 1
+            if last or (current.index + 1) % args.eval_every == 0:
+                every = 1 if last else max(1, len(test_images) // args.eval_samples)
+                reached = time.monotonic() - start
+                accuracy, test_loss = evaluate(model, test_images[::every], test_labels[::every])
+                print(f"round {current.index + 1}  loss {loss.item():.4f}  test acc "
+                      f"{accuracy:.4f}  {reached:.1f} s", flush=True)
+            gradient = parameters_to_vector([p.grad for p in params]).detach().numpy()
+            current.submit(gradient, loss=loss.item(), accuracy=accuracy, test_loss=test_loss,
+                           samples=len(batch))
+        print(f"the node finished training ({node.finished}) at "
+              f"{time.monotonic() - start:.1f} s", flush=True)
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", help="the node's trainer socket (trainer.socket)")
@@ -82,6 +116,8 @@ def main():
     parser.add_argument("--state", help="keep Adam's state here (saved every --eval-every)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--reconnect", action="store_true", help="ride out daemon restarts")
+    parser.add_argument("--daemon-sgd", action="store_true",
+                        help="hand the daemon gradients; its optimizer steps (no Adam here)")
     parser.add_argument("--local-steps", type=int, default=1,
                         help="Adam steps per round, one delta to the daemon (docs/trainers.md)")
     args = parser.parse_args()
@@ -96,6 +132,8 @@ def main():
     mine = share(len(images), args.node, args.nodes, seed=args.seed)
     images, labels = torch.from_numpy(images[mine]), torch.from_numpy(labels[mine])
     rng = np.random.default_rng(1000 + args.node)
+    if args.daemon_sgd:
+        return daemon_sgd(args, model, images, labels, test_images, test_labels, rng)
     adam = torch.optim.Adam(model.parameters(), lr=args.lr)
     if args.state and os.path.exists(args.state):
         saved = torch.load(args.state)
