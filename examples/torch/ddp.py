@@ -13,7 +13,8 @@ Rank i trains on train.py's share i (batches of 32, its own draws), Adam
 DDP's fp16 hook. Emulated stragglers take the daemon's straggler models'
 draws' distribution (not their exact draws): --bimodal P:FACTOR:BASE_MS
 sleeps (FACTOR - 1) x BASE_MS with probability P each step, --delay-ms D
-sleeps D every step. Rank 0 measures the model (the same on every rank)
+sleeps D every step, --pareto SCALE_MS:SHAPE sleeps a Pareto draw (at
+least SCALE_MS, tail index SHAPE) every step. Rank 0 measures the model (the same on every rank)
 every --eval-every steps on --eval-samples test images, and on all 10,000
 at the end, printing lines as train.py does.
 """
@@ -48,6 +49,7 @@ def main():
     parser.add_argument("--eval-samples", type=int, default=2000)
     parser.add_argument("--fp16", action="store_true", help="DDP's fp16 compression hook")
     parser.add_argument("--bimodal", help="P:FACTOR:BASE_MS, as straggler.kind: bimodal")
+    parser.add_argument("--pareto", help="SCALE_MS:SHAPE, as straggler.kind: pareto")
     parser.add_argument("--delay-ms", type=float, default=0.0, help="as straggler.kind: constant")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
@@ -68,6 +70,7 @@ def main():
     rng = np.random.default_rng(1000 + args.rank)
     slow = np.random.default_rng(7919 + args.rank)  # the straggler's own draws
     bimodal = [float(x) for x in args.bimodal.split(":")] if args.bimodal else None
+    pareto = [float(x) for x in args.pareto.split(":")] if args.pareto else None
     adam = torch.optim.Adam(model.parameters(), lr=args.lr)
 
     start = time.monotonic()
@@ -78,6 +81,8 @@ def main():
         extra = args.delay_ms
         if bimodal and slow.random() < bimodal[0]:
             extra += (bimodal[1] - 1) * bimodal[2]
+        if pareto:  # inverse CDF, u in (0, 1]: scale / u^(1/shape)
+            extra += pareto[0] * (1.0 - slow.random()) ** (-1.0 / pareto[1])
         if extra > 0:
             time.sleep(extra / 1000)
         adam.zero_grad()
