@@ -64,6 +64,18 @@ def save_state(path, optimizer, rng):
     os.replace(temporary, path)
 
 
+def measure(args, model, test_images, test_labels, round_number, loss, last, start):
+    """(accuracy, test loss) of the model, printed as the line comparisons read:
+    every k-th test image (a spread sample) between, all of them at the last
+    round; the time is when the parameters were reached, not the evaluation's."""
+    every = 1 if last else max(1, len(test_images) // args.eval_samples)
+    reached = time.monotonic() - start
+    accuracy, test_loss = evaluate(model, test_images[::every], test_labels[::every])
+    print(f"round {round_number}  loss {loss:.4f}  test acc {accuracy:.4f}  {reached:.1f} s",
+          flush=True)
+    return accuracy, test_loss
+
+
 def daemon_sgd(args, model, images, labels, test_images, test_labels, rng):
     """--daemon-sgd: no optimizer here; each round hands the daemon the gradient
     at x_k and the daemon's own optimizer steps (train.learning_rate,
@@ -85,11 +97,8 @@ def daemon_sgd(args, model, images, labels, test_images, test_labels, rng):
             accuracy = test_loss = None
             last = current.index == args.rounds - 1
             if last or (current.index + 1) % args.eval_every == 0:
-                every = 1 if last else max(1, len(test_images) // args.eval_samples)
-                reached = time.monotonic() - start
-                accuracy, test_loss = evaluate(model, test_images[::every], test_labels[::every])
-                print(f"round {current.index + 1}  loss {loss.item():.4f}  test acc "
-                      f"{accuracy:.4f}  {reached:.1f} s", flush=True)
+                accuracy, test_loss = measure(args, model, test_images, test_labels,
+                                           current.index + 1, loss.item(), last, start)
             gradient = parameters_to_vector([p.grad for p in params]).detach().numpy()
             current.submit(gradient, loss=loss.item(), accuracy=accuracy, test_loss=test_loss,
                            samples=len(batch))
@@ -164,12 +173,8 @@ def main():
         last = round_ == args.rounds - 1
         closes = args.single or step == args.local_steps - 1  # the step that ends the round
         if closes and (last or (round_ + 1) % args.eval_every == 0):  # before the step
-            # Between: every k-th test image (a spread sample); the last: all of them.
-            every = 1 if last else max(1, len(test_images) // args.eval_samples)
-            reached = time.monotonic() - start  # the parameters' time, not the evaluation's
-            accuracy, test_loss = evaluate(model, test_images[::every], test_labels[::every])
-            print(f"round {round_ + 1}  loss {loss.item():.4f}  test acc {accuracy:.4f}  "
-                  f"{reached:.1f} s", flush=True)
+            accuracy, test_loss = measure(args, model, test_images, test_labels, round_ + 1,
+                                       loss.item(), last, start)
             if args.state:
                 save_state(args.state, adam, rng)
         if args.single:
