@@ -1,5 +1,7 @@
 #include "consensusd/daemon/status.hpp"
 
+#include <string_view>
+
 namespace consensusd::daemon {
 
 namespace {
@@ -12,72 +14,132 @@ nlohmann::json perUnit(std::uint64_t bytes, std::uint64_t units) {
 
 }  // namespace
 
-nlohmann::json neighborsJson(const StatusSnapshot& status) {
-  nlohmann::json list = nlohmann::json::array();
-  for (const NeighborStatus& n : status.neighbors) {
-    list.push_back({{"id", n.id},
-                    {"state", n.state},
-                    {"last_round", n.lastRound},
-                    {"median_arrival_ms", n.medianArrivalMs},
-                    {"p90_arrival_ms", n.p90ArrivalMs},
-                    {"on_time", n.onTime},
-                    {"late", n.late},
-                    {"stale", n.stale},
-                    {"duplicate", n.duplicate},
-                    {"rejected", n.rejected},
-                    {"mixed", n.mixed},
-                    {"frame_gaps", n.frameGaps},
-                    {"frame_corrupt", n.frameCorrupt},
-                    {"received_bytes", n.receivedBytes},
-                    {"sent_bytes", n.sentBytes},
-                    {"bytes_per_s", n.bytesPerSecond},
-                    {"transfer_ms", n.transferMs},
-                    {"previous_graph", n.previousGraph}});
+namespace {
+
+// Sets key to value when `wanted` has it, or always without a list: only
+// the fields a poller asked for are built (a status is built for every
+// request, and building the rest only to drop it was most of the cost).
+class FieldWriter {
+ public:
+  FieldWriter(nlohmann::json& out, const std::set<std::string, std::less<>>* wanted)
+      : out_(out), wanted_(wanted) {}
+
+  bool wants(std::string_view key) const { return wanted_ == nullptr || wanted_->contains(key); }
+
+  template <typename Value>
+  void put(std::string_view key, const Value& value) {
+    if (wants(key)) out_[std::string(key)] = value;
   }
+
+ private:
+  nlohmann::json& out_;
+  const std::set<std::string, std::less<>>* wanted_;
+};
+
+nlohmann::json neighborJson(const NeighborStatus& n,
+                            const std::set<std::string, std::less<>>* wanted) {
+  nlohmann::json out = nlohmann::json::object();
+  FieldWriter field(out, wanted);
+  field.put("id", n.id);
+  field.put("state", n.state);
+  field.put("last_round", n.lastRound);
+  field.put("median_arrival_ms", n.medianArrivalMs);
+  field.put("p90_arrival_ms", n.p90ArrivalMs);
+  field.put("on_time", n.onTime);
+  field.put("late", n.late);
+  field.put("stale", n.stale);
+  field.put("duplicate", n.duplicate);
+  field.put("rejected", n.rejected);
+  field.put("mixed", n.mixed);
+  field.put("frame_gaps", n.frameGaps);
+  field.put("frame_corrupt", n.frameCorrupt);
+  field.put("received_bytes", n.receivedBytes);
+  field.put("sent_bytes", n.sentBytes);
+  field.put("bytes_per_s", n.bytesPerSecond);
+  field.put("transfer_ms", n.transferMs);
+  field.put("previous_graph", n.previousGraph);
+  return out;
+}
+
+nlohmann::json neighborsJson(const StatusSnapshot& status,
+                             const std::set<std::string, std::less<>>* wanted) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const NeighborStatus& n : status.neighbors) list.push_back(neighborJson(n, wanted));
   return list;
 }
 
-nlohmann::json toJson(const StatusSnapshot& status) {
-  nlohmann::json out = {{"node", status.node},
-                        {"version", status.version},
-                        {"round", status.round},
-                        {"phase", status.phase},
-                        {"policy", status.policy},
-                        {"target", status.target},
-                        {"backups", status.degree - std::min(status.target, status.degree)},
-                        {"degree", status.degree},
-                        {"cutoffs", status.cutoffs},
-                        {"responders", status.responders},
-                        {"suspects", status.suspects},
-                        {"loss", status.loss},
-                        {"accuracy", status.accuracy},
-                        {"test_loss", status.testLoss},
-                        {"consensus_distance", status.consensusDistance},
-                        {"rounds_per_s", status.roundsPerSecond},
-                        {"last_checkpoint_round", status.lastCheckpointRound},
-                        {"joined_at_round", status.joinedAtRound},
-                        {"topology", status.topology},
-                        {"topology_hash", status.topologyHash},
-                        {"topology_changes", status.topologyChanges},
-                        {"removed_by", status.removedBy},
-                        {"checkpoint_failures", status.checkpointFailures},
-                        {"last_checkpoint_error", status.lastCheckpointError},
-                        {"accept_failures", status.acceptFailures},
-                        {"uptime_s", status.uptimeS},
-                        {"paused", status.paused},
-                        {"accepted", status.accepted},
-                        {"rejects", status.rejects},
-                        {"discarded", status.discarded},
-                        {"sends", status.sends},
-                        {"connections_closed", status.connectionsClosed},
-                        {"bytes_sent", status.bytesSent},
-                        {"bytes_received", status.bytesReceived},
-                        {"samples", status.samples},
-                        {"sent_bytes_per_round", perUnit(status.bytesSent, status.finishedRounds)},
-                        {"sent_bytes_per_sample", perUnit(status.bytesSent, status.samples)},
-                        {"class_histogram", status.classHistogram},
-                        {"neighbors", neighborsJson(status)}};
-  if (status.trainer) {
+}  // namespace
+
+nlohmann::json neighborsJson(const StatusSnapshot& status) {
+  return neighborsJson(status, nullptr);
+}
+
+std::optional<StatusFields> StatusFields::parse(const nlohmann::json& names) {
+  constexpr std::size_t kMaxFields = 128;
+  constexpr std::size_t kMaxName = 64;
+  if (!names.is_array() || names.size() > kMaxFields) return std::nullopt;
+  constexpr std::string_view kPrefix = "neighbors.";
+  StatusFields fields;
+  for (const auto& name : names) {
+    if (!name.is_string() || name.get_ref<const std::string&>().size() > kMaxName)
+      return std::nullopt;
+    const auto& text = name.get_ref<const std::string&>();
+    if (text.starts_with(kPrefix)) {
+      fields.neighborKeys.insert(text.substr(kPrefix.size()));
+    } else {
+      fields.keys.insert(text);
+    }
+  }
+  return fields;
+}
+
+nlohmann::json toJson(const StatusSnapshot& status, const StatusFields* only) {
+  nlohmann::json out = nlohmann::json::object();
+  FieldWriter field(out, only == nullptr ? nullptr : &only->keys);
+  field.put("node", status.node);
+  field.put("version", status.version);
+  field.put("round", status.round);
+  field.put("phase", status.phase);
+  field.put("policy", status.policy);
+  field.put("target", status.target);
+  field.put("backups", status.degree - std::min(status.target, status.degree));
+  field.put("degree", status.degree);
+  field.put("cutoffs", status.cutoffs);
+  field.put("responders", status.responders);
+  field.put("suspects", status.suspects);
+  field.put("loss", status.loss);
+  field.put("accuracy", status.accuracy);
+  field.put("test_loss", status.testLoss);
+  field.put("consensus_distance", status.consensusDistance);
+  field.put("rounds_per_s", status.roundsPerSecond);
+  field.put("last_checkpoint_round", status.lastCheckpointRound);
+  field.put("joined_at_round", status.joinedAtRound);
+  field.put("topology", status.topology);
+  field.put("topology_hash", status.topologyHash);
+  field.put("topology_changes", status.topologyChanges);
+  field.put("removed_by", status.removedBy);
+  field.put("checkpoint_failures", status.checkpointFailures);
+  field.put("last_checkpoint_error", status.lastCheckpointError);
+  field.put("accept_failures", status.acceptFailures);
+  field.put("uptime_s", status.uptimeS);
+  field.put("paused", status.paused);
+  field.put("accepted", status.accepted);
+  field.put("rejects", status.rejects);
+  field.put("discarded", status.discarded);
+  field.put("sends", status.sends);
+  field.put("connections_closed", status.connectionsClosed);
+  field.put("bytes_sent", status.bytesSent);
+  field.put("bytes_received", status.bytesReceived);
+  field.put("samples", status.samples);
+  field.put("sent_bytes_per_round", perUnit(status.bytesSent, status.finishedRounds));
+  field.put("sent_bytes_per_sample", perUnit(status.bytesSent, status.samples));
+  field.put("class_histogram", status.classHistogram);
+  if (field.wants("neighbors")) {
+    out["neighbors"] = neighborsJson(status, nullptr);
+  } else if (!only->neighborKeys.empty()) {
+    out["neighbors"] = neighborsJson(status, &only->neighborKeys);
+  }
+  if (status.trainer && field.wants("trainer")) {
     const TrainerStatus& t = *status.trainer;
     out["trainer"] = {{"attached", t.attached},
                       {"pid", t.pid},

@@ -9,8 +9,6 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <filesystem>
-#include <set>
-#include <string_view>
 #include <thread>
 
 #include "thread_name.hpp"
@@ -23,49 +21,9 @@ namespace http = boost::beast::http;
 using Local = asio::local::stream_protocol;
 
 constexpr std::size_t kMaxRequest = kMaxStatusRequest;
-constexpr auto kIdleTimeout = std::chrono::seconds(30);
 
 nlohmann::json error(const std::string& message) {
   return {{"ok", false}, {"error", message}};
-}
-
-// A status cut to the fields a poller asked for ("fields": ["round",
-// "neighbors.on_time", ...]): "key" keeps a top-level field, "neighbors.key"
-// that field of each neighbour (which then keeps only those; "neighbors"
-// keeps them whole). Names the daemon does not know are left out, so a
-// poller can ask an older daemon. None if `fields` is not a short array of
-// short names.
-std::optional<nlohmann::json> selectFields(nlohmann::json full, const nlohmann::json& fields) {
-  constexpr std::size_t kMaxFields = 128;
-  constexpr std::size_t kMaxName = 64;
-  if (!fields.is_array() || fields.size() > kMaxFields) return std::nullopt;
-  const std::string_view prefix = "neighbors.";
-  std::set<std::string, std::less<>> keys;
-  std::set<std::string, std::less<>> neighborKeys;
-  for (const auto& field : fields) {
-    if (!field.is_string() || field.get_ref<const std::string&>().size() > kMaxName)
-      return std::nullopt;
-    const auto& name = field.get_ref<const std::string&>();
-    if (name.rfind(prefix, 0) == 0) {
-      neighborKeys.insert(name.substr(prefix.size()));
-    } else {
-      keys.insert(name);
-    }
-  }
-  nlohmann::json out = nlohmann::json::object();
-  for (const std::string& key : keys)
-    if (const auto it = full.find(key); it != full.end()) out[key] = std::move(*it);
-  if (!neighborKeys.empty() && !keys.contains("neighbors")) {
-    nlohmann::json neighbors = nlohmann::json::array();
-    for (auto& entry : full["neighbors"]) {  // toJson always has it
-      nlohmann::json kept = nlohmann::json::object();
-      for (const std::string& key : neighborKeys)
-        if (const auto it = entry.find(key); it != entry.end()) kept[key] = std::move(*it);
-      neighbors.push_back(std::move(kept));
-    }
-    out["neighbors"] = std::move(neighbors);
-  }
-  return out;
 }
 
 bool peerIsUs(Local::socket& socket) {
@@ -78,22 +36,49 @@ bool peerIsUs(Local::socket& socket) {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(Local::socket socket, StatusBoard& board, int wakeFd)
+  using Clock = asio::steady_timer::clock_type;
+
+  Session(Local::socket socket, StatusBoard& board, int wakeFd, Clock::duration idleTimeout)
       : socket_(std::move(socket)),
         timer_(socket_.get_executor()),
         buffer_(kMaxRequest),
         board_(board),
         wakeFd_(wakeFd),
+        idleTimeout_(idleTimeout),
         trusted_(peerIsUs(socket_)) {}
 
-  void start() { readLine(); }
+  void start() {
+    deadline_ = Clock::now() + idleTimeout_;
+    armTimer();
+    readLine();
+  }
 
  private:
-  void readLine() {
-    timer_.expires_after(kIdleTimeout);
+  // One timer per connection, re-armed only when it fires: a request moves
+  // the deadline (a store) rather than setting and cancelling a kernel timer
+  // twice. A connection idle, or with an answer unread, past its deadline is
+  // closed; one waiting for the engine's answer is not.
+  void armTimer() {
+    timer_.expires_at(deadline_);
     timer_.async_wait([self = shared_from_this()](boost::system::error_code code) {
-      if (!code) self->socket_.close();
+      if (code) return;
+      if (self->awaitingEngine_) self->deadline_ = Clock::now() + self->idleTimeout_;
+      if (Clock::now() < self->deadline_) {
+        self->armTimer();
+      } else {
+        self->close();
+      }
     });
+  }
+
+  void close() {
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+    timer_.cancel();  // so the session goes now, not when its timer would fire
+  }
+
+  void readLine() {
+    deadline_ = Clock::now() + idleTimeout_;
     asio::async_read_until(
         socket_, buffer_, '\n',
         [self = shared_from_this()](boost::system::error_code code, std::size_t bytes) {
@@ -102,12 +87,15 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void onLine(boost::system::error_code code, std::size_t bytes) {
-    timer_.cancel();
     if (code == asio::error::not_found) {  // the buffer filled without a newline
       write(error("request larger than 64 KiB"), true);
       return;
     }
-    if (code) return;
+    if (code) {
+      close();
+      return;
+    }
+    deadline_ = Clock::now() + idleTimeout_;  // the answer's time to be read
     std::string line(asio::buffers_begin(buffer_.data()),
                      asio::buffers_begin(buffer_.data()) + static_cast<std::ptrdiff_t>(bytes));
     buffer_.consume(bytes);
@@ -118,9 +106,13 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     // The engine answers on its thread; the reply hops back to ours.
+    awaitingEngine_ = true;
     command.reply = [self = shared_from_this()](nlohmann::json answer) {
-      asio::post(self->socket_.get_executor(),
-                 [self, answer = std::move(answer)] { self->write(answer, false); });
+      asio::post(self->socket_.get_executor(), [self, answer = std::move(answer)] {
+        self->awaitingEngine_ = false;
+        self->deadline_ = Clock::now() + self->idleTimeout_;
+        self->write(answer, false);
+      });
     };
     board_.submit(std::move(command));
     const std::uint64_t one = 1;
@@ -133,8 +125,10 @@ class Session : public std::enable_shared_from_this<Session> {
         socket_, asio::buffer(*text),
         [self = shared_from_this(), text, thenClose](boost::system::error_code code, std::size_t) {
           if (code) {
-            self->socket_.close();
+            self->close();
           } else if (thenClose) {
+            self->deadline_ = Clock::now() + std::chrono::seconds(2);
+            self->armTimer();  // an earlier deadline than the one armed
             self->drainAndClose();
           } else {
             self->readLine();
@@ -143,23 +137,20 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // After refusing an oversized request: half-close and discard what the
-  // client still sends, so it reads our answer instead of a reset.
+  // client still sends (2 s more after each piece), so it reads our answer
+  // instead of a reset.
   void drainAndClose() {
     boost::system::error_code ignored;
     socket_.shutdown(Local::socket::shutdown_send, ignored);
-    timer_.expires_after(std::chrono::seconds(2));
-    timer_.async_wait([self = shared_from_this()](boost::system::error_code code) {
-      if (!code) self->socket_.close();
-    });
     buffer_.consume(buffer_.size());
     socket_.async_read_some(
         buffer_.prepare(4096),
         [self = shared_from_this()](boost::system::error_code code, std::size_t) {
-          self->timer_.cancel();
           if (code) {
-            self->socket_.close();
+            self->close();
             return;
           }
+          self->deadline_ = Clock::now() + std::chrono::seconds(2);
           self->drainAndClose();
         });
   }
@@ -169,7 +160,10 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::streambuf buffer_;
   StatusBoard& board_;
   int wakeFd_;
+  Clock::duration idleTimeout_;
   bool trusted_;
+  Clock::time_point deadline_;
+  bool awaitingEngine_ = false;
 };
 
 // One HTTP request per connection: GET /status, /metrics, /healthz.
@@ -361,12 +355,12 @@ std::optional<nlohmann::json> answerRequest(const std::string& line, const Statu
   if (name == "status" || name == "neighbors" || name == "history" || name == "config") {
     if (snapshot == nullptr) return error("starting up");
     if (name == "status") {
-      nlohmann::json answer = toJson(*snapshot);
+      std::optional<StatusFields> fields;
       if (request.contains("fields")) {
-        auto selected = selectFields(std::move(answer), request["fields"]);
-        if (!selected) return error("fields: expected an array of at most 128 field names");
-        answer = std::move(*selected);
+        fields = StatusFields::parse(request["fields"]);
+        if (!fields) return error("fields: expected an array of at most 128 field names");
       }
+      nlohmann::json answer = toJson(*snapshot, fields ? &*fields : nullptr);
       answer["ok"] = true;
       return answer;
     }
@@ -412,6 +406,7 @@ struct StatusServer::Impl {
   std::string path;
   StatusBoard* board;
   int wakeFd;
+  std::chrono::milliseconds idleTimeout;
   std::thread thread;
 
   asio::steady_timer acceptPause{io};
@@ -435,7 +430,7 @@ struct StatusServer::Impl {
   void accept() {
     acceptor.async_accept([this](boost::system::error_code code, Local::socket socket) {
       if (code) return retryLater(code, acceptor, acceptPause, [this] { accept(); });
-      std::make_shared<Session>(std::move(socket), *board, wakeFd)->start();
+      std::make_shared<Session>(std::move(socket), *board, wakeFd, idleTimeout)->start();
       accept();
     });
   }
@@ -450,11 +445,12 @@ struct StatusServer::Impl {
 };
 
 StatusServer::StatusServer(std::string path, std::string httpAddress, StatusBoard& board,
-                           int wakeFd)
+                           int wakeFd, std::chrono::milliseconds idleTimeout)
     : impl_(std::make_unique<Impl>()) {
   impl_->path = std::move(path);
   impl_->board = &board;
   impl_->wakeFd = wakeFd;
+  impl_->idleTimeout = idleTimeout;
   std::error_code ignored;
   std::filesystem::create_directories(std::filesystem::path(impl_->path).parent_path(), ignored);
   if (std::filesystem::is_socket(impl_->path, ignored)) {

@@ -433,6 +433,30 @@ TEST_CASE("status requests: a poller gets only the fields it names, or an error"
   CHECK(answer(many + "]}").dump() == refused);
 }
 
+TEST_CASE("status fields: naming every field gives the whole status, the trainer only if named") {
+  daemon::StatusSnapshot snapshot;
+  snapshot.node = "n2";
+  snapshot.neighbors.resize(2);
+  snapshot.neighbors[1].id = "n3";
+  snapshot.trainer = daemon::TrainerStatus{};
+  snapshot.trainer->updates = 9;
+  const nlohmann::json whole = daemon::toJson(snapshot);
+  REQUIRE(whole.contains("trainer"));
+  nlohmann::json names = nlohmann::json::array();
+  for (const auto& [key, value] : whole.items()) names.push_back(key);
+  const auto every = daemon::StatusFields::parse(names);
+  REQUIRE(every.has_value());
+  CHECK(daemon::toJson(snapshot, &*every) == whole);
+
+  nlohmann::json neighborNames = nlohmann::json::array();
+  for (const auto& [key, value] : whole["neighbors"][0].items())
+    neighborNames.push_back("neighbors." + key);
+  const auto perNeighbor = daemon::StatusFields::parse(neighborNames);
+  REQUIRE(perNeighbor.has_value());
+  CHECK(daemon::toJson(snapshot, &*perNeighbor) ==
+        nlohmann::json{{"neighbors", whole["neighbors"]}});
+}
+
 TEST_CASE("liveness: a snapshot older than the stall limit means the engine loop hangs") {
   daemon::StatusBoard board;
   const auto t0 = daemon::StatusBoard::Clock::time_point{} + std::chrono::hours(1);

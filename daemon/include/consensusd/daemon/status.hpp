@@ -13,6 +13,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -112,7 +113,20 @@ struct StatusSnapshot {
   std::string configYaml;  // the effective config
 };
 
-nlohmann::json toJson(const StatusSnapshot& status);
+// The fields of a status a poller names: "key" a top-level field,
+// "neighbors.key" that field of each neighbour (which then has only those;
+// "neighbors" keeps them whole). Names the daemon does not know are left
+// out, so a poller can ask an older daemon.
+struct StatusFields {
+  std::set<std::string, std::less<>> keys;
+  std::set<std::string, std::less<>> neighborKeys;
+
+  // None if `names` is not an array of at most 128 names of at most 64 bytes.
+  static std::optional<StatusFields> parse(const nlohmann::json& names);
+};
+
+// The status as JSON: every field, or only those `only` names.
+nlohmann::json toJson(const StatusSnapshot& status, const StatusFields* only = nullptr);
 // JSON text that never throws: invalid UTF-8 (a peer's bytes cut anywhere)
 // becomes U+FFFD. Every answer and body goes out through it.
 std::string serialize(const nlohmann::json& value);

@@ -4,9 +4,10 @@
 // from the StatusBoard's snapshot; mutating commands (set-policy, apply,
 // checkpoint, pause, resume, stop) are accepted only from the daemon's own
 // uid (SO_PEERCRED) and answered by the engine thread. Requests are bounded
-// (64 KiB) and idle connections closed after 30 s; a bad request gets a JSON
-// error, never a crash.
+// (64 KiB); a connection idle, or with an answer unread, for 30 s is closed;
+// a bad request gets a JSON error, never a crash.
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -34,8 +35,10 @@ class StatusServer {
   // still answers on: Unavailable) with mode 0660, and when
   // `httpAddress` is "HOST:PORT" an HTTP server there (GET /status, /metrics
   // in Prometheus text format, /healthz); `wakeFd` is written after a command
-  // is submitted. Throws std::runtime_error on failure.
-  StatusServer(std::string path, std::string httpAddress, StatusBoard& board, int wakeFd);
+  // is submitted; `idleTimeout` closes connections idle or unread that long.
+  // Throws std::runtime_error on failure.
+  StatusServer(std::string path, std::string httpAddress, StatusBoard& board, int wakeFd,
+               std::chrono::milliseconds idleTimeout = std::chrono::seconds(30));
   ~StatusServer();  // stops the thread, removes the socket file
   StatusServer(const StatusServer&) = delete;
   StatusServer& operator=(const StatusServer&) = delete;
