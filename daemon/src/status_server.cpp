@@ -21,6 +21,8 @@ namespace http = boost::beast::http;
 using Local = asio::local::stream_protocol;
 
 constexpr std::size_t kMaxRequest = kMaxStatusRequest;
+// After refusing an oversized request: how long the rest may keep coming.
+constexpr auto kDrainTime = std::chrono::seconds(2);
 
 nlohmann::json error(const std::string& message) {
   return {{"ok", false}, {"error", message}};
@@ -48,7 +50,7 @@ class Session : public std::enable_shared_from_this<Session> {
         trusted_(peerIsUs(socket_)) {}
 
   void start() {
-    deadline_ = Clock::now() + idleTimeout_;
+    moveDeadline();
     armTimer();
     readLine();
   }
@@ -62,7 +64,7 @@ class Session : public std::enable_shared_from_this<Session> {
     timer_.expires_at(deadline_);
     timer_.async_wait([self = shared_from_this()](boost::system::error_code code) {
       if (code) return;
-      if (self->awaitingEngine_) self->deadline_ = Clock::now() + self->idleTimeout_;
+      if (self->awaitingEngine_) self->moveDeadline();
       if (Clock::now() < self->deadline_) {
         self->armTimer();
       } else {
@@ -71,6 +73,10 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
+  // The connection may stay `by` from now (a store: the timer checks it).
+  void moveDeadline(Clock::duration by) { deadline_ = Clock::now() + by; }
+  void moveDeadline() { moveDeadline(idleTimeout_); }
+
   void close() {
     boost::system::error_code ignored;
     socket_.close(ignored);
@@ -78,7 +84,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void readLine() {
-    deadline_ = Clock::now() + idleTimeout_;
+    moveDeadline();
     asio::async_read_until(
         socket_, buffer_, '\n',
         [self = shared_from_this()](boost::system::error_code code, std::size_t bytes) {
@@ -95,7 +101,7 @@ class Session : public std::enable_shared_from_this<Session> {
       close();
       return;
     }
-    deadline_ = Clock::now() + idleTimeout_;  // the answer's time to be read
+    moveDeadline();  // the answer's time to be read
     std::string line(asio::buffers_begin(buffer_.data()),
                      asio::buffers_begin(buffer_.data()) + static_cast<std::ptrdiff_t>(bytes));
     buffer_.consume(bytes);
@@ -110,7 +116,7 @@ class Session : public std::enable_shared_from_this<Session> {
     command.reply = [self = shared_from_this()](nlohmann::json answer) {
       asio::post(self->socket_.get_executor(), [self, answer = std::move(answer)] {
         self->awaitingEngine_ = false;
-        self->deadline_ = Clock::now() + self->idleTimeout_;
+        self->moveDeadline();
         self->write(answer, false);
       });
     };
@@ -127,7 +133,7 @@ class Session : public std::enable_shared_from_this<Session> {
           if (code) {
             self->close();
           } else if (thenClose) {
-            self->deadline_ = Clock::now() + std::chrono::seconds(2);
+            self->moveDeadline(kDrainTime);
             self->armTimer();  // an earlier deadline than the one armed
             self->drainAndClose();
           } else {
@@ -150,7 +156,7 @@ class Session : public std::enable_shared_from_this<Session> {
             self->close();
             return;
           }
-          self->deadline_ = Clock::now() + std::chrono::seconds(2);
+          self->moveDeadline(kDrainTime);
           self->drainAndClose();
         });
   }
