@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/ip/address.hpp>
 #include <chrono>
@@ -99,7 +100,7 @@ int runDashboard(const DashboardOptions& o) {
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
   std::mutex mutex;
-  ClusterView view(graph, o.keepS);
+  ClusterView view(graph, o.keepS, o.refreshMs);
   std::optional<DashboardServer> server;
   try {
     server.emplace(o.listen, [&](const std::string& target) -> HttpAnswer {
@@ -112,11 +113,7 @@ int runDashboard(const DashboardOptions& o) {
         return {200, "text/css; charset=utf-8", std::string(kDashboardCss)};
       if (path == "/api/cluster") {
         const std::lock_guard lock(mutex);
-        nlohmann::json data = view.toJson(sinceOf(target));
-        data["refresh_ms"] = o.refreshMs;
-        data["keep_s"] = o.keepS;
-        return {200, "application/json",
-                data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
+        return {200, "application/json", view.toJson(sinceOf(target))};
       }
       return {404, "text/plain", "not found: try / or /api/cluster\n"};
     });
@@ -135,17 +132,13 @@ int runDashboard(const DashboardOptions& o) {
     const topology::NodeSpec& node = graph.node(i);
     nodes.emplace_back(node.status.empty() ? "/run/consensusd/" + node.id + ".sock" : node.status);
   }
+  // All nodes are asked at once; on a busy machine, answers can take a while.
+  const auto answerWithin = std::chrono::milliseconds(std::max(500, o.refreshMs / 2));
   const auto started = std::chrono::steady_clock::now();
   for (;;) {
     const auto pollStart = std::chrono::steady_clock::now();
-    std::vector<std::optional<nlohmann::json>> statuses(graph.size());
-    for (std::size_t i = 0; i < graph.size(); ++i) {
-      try {
-        statuses[i] = nodes[i].ask(poll, std::chrono::milliseconds(500));
-      } catch (const std::exception&) {
-        // Not running, or not answering: the view shows it so.
-      }
-    }
+    // A node that is not running, or not answering, has none: the view shows it so.
+    std::vector<std::optional<std::string>> statuses = askEach(nodes, poll, answerWithin);
     {
       const std::lock_guard lock(mutex);
       view.update(

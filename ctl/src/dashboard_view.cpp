@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
+#include <cmath>
 
 namespace consensusd::cli {
 namespace {
@@ -42,15 +44,28 @@ std::vector<const nlohmann::json*> neighborsOf(const nlohmann::json& status) {
   return entries;
 }
 
-nlohmann::json orNull(const std::optional<double>& value) {
-  return value ? nlohmann::json(*value) : nlohmann::json();
+std::string quoted(const std::string& text) {
+  return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// A number as JSON writes it (the shortest text that reads back the
+// same), null for none and for what JSON cannot say (inf, NaN).
+void appendNumber(std::string& out, const std::optional<double>& value) {
+  if (!value || !std::isfinite(*value)) {
+    out += "null";
+    return;
+  }
+  char buffer[32];
+  const auto end = std::to_chars(buffer, buffer + sizeof buffer, *value).ptr;
+  out.append(buffer, end);
 }
 
 }  // namespace
 
-ClusterView::ClusterView(const topology::Topology& graph, double keepS)
+ClusterView::ClusterView(const topology::Topology& graph, double keepS, int refreshMs)
     : graph_(graph),
       keepS_(keepS),
+      refreshMs_(refreshMs),
       layout_(layoutGraph(graph)),
       nodes_(graph.size()),
       suspect_(graph.size(), false) {
@@ -60,14 +75,23 @@ ClusterView::ClusterView(const topology::Topology& graph, double keepS)
   }
 }
 
-void ClusterView::update(std::vector<std::optional<nlohmann::json>> statuses, double t) {
+void ClusterView::update(std::vector<std::optional<std::string>> answers, double t) {
   now_ = t;
+  page_.reset();
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     Node& node = nodes_[i];
-    node.status = i < statuses.size() ? std::move(statuses[i]) : std::nullopt;
-    if (node.status && (!node.status->is_object() ||
-                        (node.status->contains("ok") && (*node.status)["ok"] != true)))
-      node.status.reset();  // an error answer, or not a status
+    node.status.reset();
+    node.statusText.clear();
+    if (i < answers.size() && answers[i]) {
+      nlohmann::json parsed = nlohmann::json::parse(*answers[i], nullptr, false);
+      const auto ok = parsed.is_object() ? parsed.find("ok") : parsed.end();
+      // An error answer, or not a status, counts as none.
+      if (parsed.is_object() && (ok == parsed.end() || *ok == true)) {
+        node.status = std::move(parsed);
+        node.statusText = std::move(*answers[i]);
+        node.statusText.erase(node.statusText.find_last_not_of(" \t\r\n") + 1);
+      }
+    }
     Point point{t, std::vector<std::optional<double>>(kSeries.size())};
     if (node.status) {
       const nlohmann::json& s = *node.status;
@@ -147,44 +171,63 @@ std::string ClusterView::stateOf(std::size_t i) const {
   return phase == "idle" ? "training" : phase;
 }
 
-nlohmann::json ClusterView::toJson(double since) const {
+std::string ClusterView::toJson(double since) const {
+  if (page_ && page_->first == since) return page_->second;
   std::int64_t newest = -1;
   for (const Node& node : nodes_)
     if (node.status) newest = std::max(newest, roundOf(*node.status));
-  nlohmann::json nodes = nlohmann::json::array();
+  std::string out = "{\"name\":" + quoted(graph_.name()) + ",\"layout\":" + quoted(layout_.kind) +
+                    ",\"directed\":" + (graph_.directed() ? "true" : "false") + ",\"t\":";
+  appendNumber(out, now_);
+  out += ",\"newest_round\":" + std::to_string(newest) +
+         ",\"refresh_ms\":" + std::to_string(refreshMs_) + ",\"keep_s\":";
+  appendNumber(out, keepS_);
+  out += ",\"nodes\":[";
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const Node& node = nodes_[i];
-    nlohmann::json entry = {{"id", graph_.node(i).id},
-                            {"x", layout_.x[i]},
-                            {"y", layout_.y[i]},
-                            {"state", stateOf(i)},
-                            {"status", node.status ? *node.status : nlohmann::json()}};
-    if (node.status && roundOf(*node.status) >= 0) entry["lag"] = newest - roundOf(*node.status);
-    nlohmann::json series = nlohmann::json::object();
-    for (std::size_t k = 0; k < kSeries.size(); ++k) series[kSeries[k]] = nlohmann::json::array();
-    nlohmann::json times = nlohmann::json::array();
-    for (const Point& point : node.series) {
-      if (point.t <= since) continue;
-      times.push_back(point.t);
-      for (std::size_t k = 0; k < kSeries.size(); ++k)
-        series[kSeries[k]].push_back(orNull(point.values[k]));
+    if (i > 0) out += ',';
+    out += "{\"id\":" + quoted(graph_.node(i).id) + ",\"x\":";
+    appendNumber(out, layout_.x[i]);
+    out += ",\"y\":";
+    appendNumber(out, layout_.y[i]);
+    out += ",\"state\":" + quoted(stateOf(i));
+    out += ",\"status\":";
+    out += node.status ? node.statusText : "null";
+    if (node.status && roundOf(*node.status) >= 0)
+      out += ",\"lag\":" + std::to_string(newest - roundOf(*node.status));
+    out += ",\"series\":{\"t\":[";
+    const auto after = std::find_if(node.series.begin(), node.series.end(),
+                                    [since](const Point& point) { return point.t > since; });
+    for (auto it = after; it != node.series.end(); ++it) {
+      if (it != after) out += ',';
+      appendNumber(out, it->t);
     }
-    series["t"] = std::move(times);
-    entry["series"] = std::move(series);
-    nodes.push_back(std::move(entry));
+    out += ']';
+    for (std::size_t k = 0; k < kSeries.size(); ++k) {
+      out += ",\"";
+      out += kSeries[k];
+      out += "\":[";
+      for (auto it = after; it != node.series.end(); ++it) {
+        if (it != after) out += ',';
+        appendNumber(out, it->values[k]);
+      }
+      out += ']';
+    }
+    out += "}}";
   }
-  nlohmann::json edges = nlohmann::json::array();
-  for (const Edge& edge : edges_) {
+  out += "],\"edges\":[";
+  for (std::size_t e = 0; e < edges_.size(); ++e) {
+    const Edge& edge = edges_[e];
+    if (e > 0) out += ',';
+    out += "{\"from\":" + quoted(graph_.node(edge.from).id) +
+           ",\"to\":" + quoted(graph_.node(edge.to).id) + ",\"in_time\":";
     // A sender that does not answer sends nothing now: no share to show.
-    const bool sending = nodes_[edge.from].status.has_value();
-    edges.push_back({{"from", graph_.node(edge.from).id},
-                     {"to", graph_.node(edge.to).id},
-                     {"in_time", sending ? orNull(inTimeShare(edge)) : nlohmann::json()}});
+    appendNumber(out, nodes_[edge.from].status ? inTimeShare(edge) : std::optional<double>());
+    out += '}';
   }
-  return {{"name", graph_.name()},         {"layout", layout_.kind},
-          {"directed", graph_.directed()}, {"t", now_},
-          {"newest_round", newest},        {"nodes", std::move(nodes)},
-          {"edges", std::move(edges)}};
+  out += "]}";
+  page_.emplace(since, out);
+  return out;
 }
 
 }  // namespace consensusd::cli

@@ -22,15 +22,21 @@ namespace consensusd::cli {
 
 class ClusterView {
  public:
-  // `keepS`: how many seconds of series to keep.
-  ClusterView(const topology::Topology& graph, double keepS);
+  // `keepS`: how many seconds of series to keep; `refreshMs`: the polls'
+  // pace, told to the page.
+  ClusterView(const topology::Topology& graph, double keepS, int refreshMs = 1000);
 
-  // One poll at `t` seconds: statuses[i] is node i's answer, none if it did not answer.
-  void update(std::vector<std::optional<nlohmann::json>> statuses, double t);
+  // One poll at `t` seconds: answers[i] is node i's answer line, none if
+  // it did not answer. A line that is not a status object counts as none.
+  void update(std::vector<std::optional<std::string>> answers, double t);
 
-  // The page's data: graph, layout, nodes, edges, and the series points
-  // after `since` (all kept points for since < 0).
-  nlohmann::json toJson(double since) const;
+  // The page's data as JSON text: graph, layout, nodes (each with its
+  // status as the node sent it), edges, and the series points after
+  // `since` (all kept points for since < 0). Written by hand, the statuses
+  // spliced in as received, and kept until the next update for the next
+  // page that asks with the same `since`: the page is the dashboard's
+  // largest cost, and every open page asks for the same one.
+  std::string toJson(double since) const;
 
  private:
   struct Point {
@@ -39,6 +45,7 @@ class ClusterView {
   };
   struct Node {
     std::optional<nlohmann::json> status;  // the last answer, if the last poll had one
+    std::string statusText;                // the same as the node sent it (valid JSON)
     bool everAnswered = false;
     std::deque<Point> series;
     double lastT = -1;
@@ -56,12 +63,14 @@ class ClusterView {
 
   topology::Topology graph_;
   double keepS_;
+  int refreshMs_;
   Layout layout_;
   std::vector<Node> nodes_;
   std::vector<Edge> edges_;
   std::map<std::string, std::size_t, std::less<>> indexOf_;  // node id -> index
   std::vector<bool> suspect_;                                // per node, as of the last poll
   double now_ = 0;
+  mutable std::optional<std::pair<double, std::string>> page_;  // since, text: this poll's last
 };
 
 }  // namespace consensusd::cli

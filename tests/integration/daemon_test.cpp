@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <csignal>
@@ -175,6 +176,46 @@ TEST_CASE("a kept status connection answers request after request and rides out 
   cluster.start(0);
   REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
   CHECK(connection.ask(status, 5s)["node"] == "n0");
+}
+
+TEST_CASE("askEach asks every node at once: a silent socket, an absent node, a restart") {
+  Cluster cluster(3, with(kFast, {"train.rounds=0"}));
+  cluster.start(0);
+  cluster.start(1);  // n2 never starts
+  REQUIRE(waitFor([&] { return answers(cluster, 0) && answers(cluster, 1); }, 30s));
+  // A socket that takes the request and never answers.
+  const std::string silentPath = cluster.path("silent.sock");
+  const int silent = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  silentPath.copy(address.sun_path, sizeof address.sun_path - 1);
+  REQUIRE(::bind(silent, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::listen(silent, 4) == 0);
+
+  std::vector<consensusd::cli::StatusConnection> connections;
+  connections.emplace_back(silentPath);
+  for (std::size_t i = 0; i < 3; ++i) connections.emplace_back(cluster.socket(i));
+  const json request{{"cmd", "status"}, {"fields", {"round"}}};
+  const auto roundIn = [](const std::optional<std::string>& line) {
+    return line ? json::parse(*line)["round"].get<std::int64_t>() : -1;
+  };
+  auto lines = consensusd::cli::askEach(connections, request, 3s);
+  REQUIRE(lines.size() == 4);
+  CHECK_FALSE(lines[0]);  // the silent one held up nobody's answer
+  CHECK(roundIn(lines[1]) >= 0);
+  CHECK(roundIn(lines[2]) >= 0);
+  CHECK_FALSE(lines[3]);
+  // n1 restarted between two polls: its kept connection is replaced at once.
+  cluster.child(1).signal(SIGTERM);
+  REQUIRE(cluster.child(1).wait(10s).has_value());
+  cluster.start(1);
+  REQUIRE(waitFor([&] { return answers(cluster, 1); }, 30s));
+  ::close(silent);  // not listening now: refused at once rather than held to the end
+  lines = consensusd::cli::askEach(connections, request, 10s);
+  CHECK_FALSE(lines[0]);
+  CHECK(roundIn(lines[1]) >= 0);
+  CHECK(roundIn(lines[2]) >= 0);
+  CHECK_FALSE(lines[3]);
 }
 
 TEST_CASE("SIGTERM stops cleanly with a checkpoint, even with the neighbour gone") {

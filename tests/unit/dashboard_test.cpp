@@ -68,6 +68,18 @@ json neighbor(const std::string& id, const std::string& state, std::uint64_t onT
   return {{"id", id}, {"state", state}, {"on_time", onTime}, {"late", late}};
 }
 
+// The answer lines of one poll, as the sockets gave them.
+std::vector<std::optional<std::string>> lines(std::initializer_list<std::optional<json>> statuses) {
+  std::vector<std::optional<std::string>> out;
+  for (const std::optional<json>& s : statuses)
+    out.push_back(s ? std::optional(s->dump() + "\n") : std::nullopt);
+  return out;
+}
+
+json pageOf(const ClusterView& view, double since) {
+  return json::parse(view.toJson(since));
+}
+
 json nodeOf(const json& data, const std::string& id) {
   for (const json& n : data["nodes"])
     if (n["id"] == id) return n;
@@ -180,8 +192,8 @@ TEST_CASE("view: never started, stopped, suspect and training nodes, and their l
   ClusterView view(ring, 300);
   json n0 = status("n0", 100);
   n0["neighbors"] = {neighbor("n1", "fresh", 5, 0), neighbor("n3", "suspect", 0, 0)};
-  view.update({n0, status("n1", 98, "idle"), status("n2", 90, "paused"), std::nullopt}, 1.0);
-  json data = view.toJson(-1);
+  view.update(lines({n0, status("n1", 98, "idle"), status("n2", 90, "paused"), std::nullopt}), 1.0);
+  json data = pageOf(view, -1);
   CHECK(data["newest_round"] == 100);
   CHECK(data["layout"] == "ring");
   CHECK(nodeOf(data, "n0")["state"] == "waiting");
@@ -192,15 +204,16 @@ TEST_CASE("view: never started, stopped, suspect and training nodes, and their l
   CHECK(nodeOf(data, "n3")["status"].is_null());
 
   // n3 answers once, then not: stopped. n1 is reported suspect by n0.
-  view.update({n0, status("n1", 98), status("n2", 90), status("n3", 99)}, 2.0);
+  view.update(lines({n0, status("n1", 98), status("n2", 90), status("n3", 99)}), 2.0);
   n0["neighbors"] = {neighbor("n1", "suspect", 5, 0), neighbor("n3", "fresh", 0, 0)};
-  view.update({n0, status("n1", 98), status("n2", 90), std::nullopt}, 3.0);
-  data = view.toJson(-1);
+  view.update(lines({n0, status("n1", 98), status("n2", 90), std::nullopt}), 3.0);
+  data = pageOf(view, -1);
   CHECK(nodeOf(data, "n3")["state"] == "stopped");
   CHECK(nodeOf(data, "n1")["state"] == "suspect");
   // An error answer counts as none.
-  view.update({n0, status("n1", 98), json{{"ok", false}, {"error", "x"}}, std::nullopt}, 4.0);
-  CHECK(nodeOf(view.toJson(-1), "n2")["state"] == "stopped");
+  view.update(lines({n0, status("n1", 98), json{{"ok", false}, {"error", "x"}}, std::nullopt}),
+              4.0);
+  CHECK(nodeOf(pageOf(view, -1), "n2")["state"] == "stopped");
 }
 
 TEST_CASE("view: a status socket's answer of any shape is shown as far as it makes sense") {
@@ -217,15 +230,41 @@ TEST_CASE("view: a status socket's answer of any shape is shown as far as it mak
   json n1 = status("n1", 9);
   n1["round"] = "nine";
   n1["ok"] = "yes";  // not true: an error answer
-  CHECK_NOTHROW(view.update({n0, json::array({1, 2}), json("status")}, 1.0));
-  CHECK_NOTHROW(view.update({n0, n1, json{{"neighbors", "none"}}}, 2.0));
-  const json data = view.toJson(-1);
+  CHECK_NOTHROW(view.update(lines({n0, json::array({1, 2}), json("status")}), 1.0));
+  CHECK_NOTHROW(view.update(lines({n0, n1, json{{"neighbors", "none"}}}), 2.0));
+  const json data = pageOf(view, -1);
   CHECK(nodeOf(data, "n0")["state"] == "");  // no phase it knows
   CHECK(nodeOf(data, "n1")["state"] == "not started");
   CHECK(nodeOf(data, "n1")["status"].is_null());
   CHECK(nodeOf(data, "n2")["state"] == "suspect");  // n0's entry for it says so
   CHECK(nodeOf(data, "n2")["lag"].is_null());       // no round: no lag
   CHECK(data["newest_round"] == 10);
+}
+
+TEST_CASE("view: the page carries each status as the node sent it, one page a poll for all") {
+  const topology::Topology ring = generated("ring", 3);
+  ClusterView view(ring, 100, 2000);
+  json n0 = status("n0", 7);
+  n0["note"] = "caf\u00e9 \"quoted\" \\ <b>";
+  n0["rounds_per_s"] = 1e-7;
+  // Lines that are not a status object: not JSON, cut short, a number.
+  view.update({n0.dump() + "\r\n", std::string("not json\n"), std::string("{\"ok\":true\n")}, 1.0);
+  view.update({n0.dump() + "\n", std::string("42\n"), std::nullopt}, 2.0);
+  const std::string text = view.toJson(-1);
+  const json data = json::parse(text);
+  CHECK(nodeOf(data, "n0")["status"] == n0);
+  CHECK(nodeOf(data, "n1")["state"] == "not started");
+  CHECK(nodeOf(data, "n2")["state"] == "not started");
+  CHECK(data["refresh_ms"] == 2000);
+  CHECK(data["keep_s"] == 100);
+  CHECK(nodeOf(data, "n0")["series"]["t"] == json{1.0, 2.0});
+  CHECK(nodeOf(data, "n0")["series"]["rounds_per_s"][1] == 1e-7);
+  // Asked again with the same `since` before the next poll: the same page.
+  CHECK(view.toJson(-1) == text);
+  CHECK(nodeOf(pageOf(view, 1), "n0")["series"]["t"] == json{2.0});
+  CHECK(view.toJson(-1) == text);
+  view.update({n0.dump() + "\n", std::nullopt, std::nullopt}, 3.0);
+  CHECK(nodeOf(pageOf(view, -1), "n0")["series"]["t"] == json{1.0, 2.0, 3.0});
 }
 
 TEST_CASE("view: edges' share in time over the last minute, series since a time") {
@@ -237,11 +276,11 @@ TEST_CASE("view: edges' share in time over the last minute, series since a time"
     n0["neighbors"] = {neighbor("n1", "fresh", onTime, late), neighbor("n2", "fresh", 0, 0)};
     n0["bytes_sent"] = bytes;
     n0["cutoffs"] = {{"count", byCount}, {"timeout", byTimeout}};
-    view.update({n0, status("n1", 1), status("n2", 1)}, t);
+    view.update(lines({n0, status("n1", 1), status("n2", 1)}), t);
   };
   poll(0, 10, 0, 0, 10, 0);
   poll(30, 40, 10, 3000, 30, 10);  // since t=0: 30 on time, 10 late; 30 rounds, 10 by timeout
-  json data = view.toJson(-1);
+  json data = pageOf(view, -1);
   for (const json& e : data["edges"]) {
     if (e["from"] == "n1" && e["to"] == "n0") CHECK(e["in_time"] == doctest::Approx(0.75));
     if (e["from"] == "n2" && e["to"] == "n0") CHECK(e["in_time"].is_null());  // nothing came
@@ -254,13 +293,13 @@ TEST_CASE("view: edges' share in time over the last minute, series since a time"
   CHECK(series["timeout_share"][1] == doctest::Approx(1.0 / 3));
   // Only the points after `since`; after a minute the old counts leave the window.
   poll(95, 140, 10, 3000, 30, 10);
-  data = view.toJson(30);
+  data = pageOf(view, 30);
   CHECK(nodeOf(data, "n0")["series"]["t"] == json{95.0});
   for (const json& e : data["edges"])
     if (e["from"] == "n1" && e["to"] == "n0") CHECK(e["in_time"].is_null());  // one point left
   // Points older than the kept 100 s go.
   poll(150, 150, 10, 3000, 30, 10);
-  CHECK(nodeOf(view.toJson(-1), "n0")["series"]["t"] == json{95.0, 150.0});
+  CHECK(nodeOf(pageOf(view, -1), "n0")["series"]["t"] == json{95.0, 150.0});
 }
 
 TEST_CASE("dashboard server: GET answers, anything else is refused") {

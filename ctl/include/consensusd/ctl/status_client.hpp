@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace consensusd::cli {
 
@@ -35,9 +36,28 @@ class StatusConnection {
   std::optional<std::string> exchange(const std::string& line,
                                       std::chrono::steady_clock::time_point deadline);
 
+  friend std::vector<std::optional<std::string>> askEach(std::vector<StatusConnection>& connections,
+                                                         const nlohmann::json& request,
+                                                         std::chrono::milliseconds timeout);
+
+  // The outcome of one read into an answer being received.
+  enum class Read { more, line, closed };
+  bool sendLine(const std::string& line);
+  Read readSome(std::string& answer);
+
   std::string path_;
   int fd_ = -1;
 };
+
+// The same request on every connection at once, the answers collected as
+// they come: a poller of N daemons waits once a round, not N times, and a
+// slow daemon holds up no other's answer. answers[i] is connections[i]'s
+// answer line as received (not parsed: the caller checks it), none where
+// the socket cannot be reached or gives no whole line within `timeout` of
+// the call.
+std::vector<std::optional<std::string>> askEach(std::vector<StatusConnection>& connections,
+                                                const nlohmann::json& request,
+                                                std::chrono::milliseconds timeout);
 
 // One request on a connection of its own. Throws as StatusConnection::ask.
 nlohmann::json askDaemon(const std::string& socketPath, const nlohmann::json& request,
