@@ -195,23 +195,24 @@ std::string ClusterView::toJson(double since) const {
     out += node.status ? node.statusText : "null";
     if (node.status && roundOf(*node.status) >= 0)
       out += ",\"lag\":" + std::to_string(newest - roundOf(*node.status));
-    out += ",\"series\":{\"t\":[";
+    // The points after `since`: their times, then each series.
     const auto after = std::find_if(node.series.begin(), node.series.end(),
                                     [since](const Point& point) { return point.t > since; });
-    for (auto it = after; it != node.series.end(); ++it) {
-      if (it != after) out += ',';
-      appendNumber(out, it->t);
-    }
-    out += ']';
-    for (std::size_t k = 0; k < kSeries.size(); ++k) {
-      out += ",\"";
-      out += kSeries[k];
+    const auto appendSeries = [&](const char* name, auto valueOf) {
+      out += '"';
+      out += name;
       out += "\":[";
       for (auto it = after; it != node.series.end(); ++it) {
         if (it != after) out += ',';
-        appendNumber(out, it->values[k]);
+        appendNumber(out, valueOf(*it));
       }
       out += ']';
+    };
+    out += ",\"series\":{";
+    appendSeries("t", [](const Point& point) { return std::optional<double>(point.t); });
+    for (std::size_t k = 0; k < kSeries.size(); ++k) {
+      out += ',';
+      appendSeries(kSeries[k], [k](const Point& point) { return point.values[k]; });
     }
     out += "}}";
   }

@@ -121,14 +121,16 @@ std::vector<std::optional<std::string>> askEach(std::vector<StatusConnection>& c
     try {
       kept[i] = c.fd_ >= 0;
       if (!kept[i]) c.connect();
-      if (!c.sendLine(line) && kept[i]) {  // the daemon closed the kept connection
+      bool sent = c.sendLine(line);
+      if (!sent && kept[i]) {  // the daemon closed the kept connection: a new one, once
         c.drop();
         c.connect();
         kept[i] = false;
-        if (!c.sendLine(line)) {
-          c.drop();
-          continue;
-        }
+        sent = c.sendLine(line);
+      }
+      if (!sent) {
+        c.drop();
+        continue;
       }
       waiting.push_back(i);
     } catch (const std::runtime_error&) {
