@@ -6,8 +6,10 @@ As a node's trainer (the daemon runs with model.kind: external):
     /usr/bin/python3 examples/torch/train.py --socket RUN/n0.trainer.sock --node 0 --nodes 8
 
 Each node trains on its own iid share of the 60,000 training images with its
-own Adam; consensusd.torch.Optimizer makes every step one round of the node
-(the daemon mixes with the neighbours that answered in time). Alone, on all
+own Adam, consensusd.torch.Adam (which steps as Adam on the nodes' mean
+gradient; --adam local: torch's); consensusd.torch.Optimizer makes every
+step one round of the node (the daemon mixes with the neighbours that
+answered in time). Alone, on all
 the data, as the baseline the demo compares with:
 
     /usr/bin/python3 examples/torch/train.py --single --rounds 1200 --batch 256
@@ -127,6 +129,9 @@ def main():
     parser.add_argument("--reconnect", action="store_true", help="ride out daemon restarts")
     parser.add_argument("--daemon-sgd", action="store_true",
                         help="hand the daemon gradients; its optimizer steps (no Adam here)")
+    parser.add_argument("--adam", choices=["cluster", "local"], default="cluster",
+                        help="cluster: consensusd.torch.Adam, which steps as Adam on the "
+                             "--nodes nodes' mean gradient; local: torch.optim.Adam")
     parser.add_argument("--local-steps", type=int, default=1,
                         help="Adam steps per round, one delta to the daemon (docs/trainers.md)")
     args = parser.parse_args()
@@ -143,7 +148,11 @@ def main():
     rng = np.random.default_rng(1000 + args.node)
     if args.daemon_sgd:
         return daemon_sgd(args, model, images, labels, test_images, test_labels, rng)
-    adam = torch.optim.Adam(model.parameters(), lr=args.lr)
+    if args.adam == "cluster" and not args.single:
+        import consensusd.torch
+        adam = consensusd.torch.Adam(model.parameters(), lr=args.lr, nodes=args.nodes)
+    else:
+        adam = torch.optim.Adam(model.parameters(), lr=args.lr)
     if args.state and os.path.exists(args.state):
         saved = torch.load(args.state)
         adam.load_state_dict(saved["optimizer"])

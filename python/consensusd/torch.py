@@ -43,7 +43,88 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 import consensusd
 
-__all__ = ["Optimizer"]
+__all__ = ["Adam", "Optimizer"]
+
+
+class Adam(torch.optim.Optimizer):
+    """Adam for one of `nodes` nodes that average their estimates: steps as
+    Adam on the nodes' mean gradient would, not as Adam on this node's own.
+
+    Averaging the nodes' steps averages Adam's first moment exactly, but each
+    node's second moment v is the square of its own gradient, whose noise is
+    `nodes` times the mean gradient's: the mean step comes out up to
+    sqrt(nodes) times smaller than Adam on the mean gradient takes, most on
+    the noisiest coordinates. This Adam subtracts the surplus noise: with
+    d_t = (g_t - g_{t-1})^2 / 2, an estimate of one gradient's noise (plus
+    the small change of the gradient itself between consecutive steps), v is
+    the average of g^2 less (1 - 1/nodes) times the average of d, and no
+    lower than 1/nodes of the average of g^2 (a mean of independent
+    gradients). It computes and sends nothing more than Adam; the loop is
+    unchanged. consensusd.torch.Optimizer calls moved() when the node skipped
+    rounds, so that a gradient from before is no sample of the noise.
+    docs/trainers.md, "Adam on a node", has the measurements.
+
+    nodes=1 is torch.optim.Adam. Arguments as torch.optim.Adam's (without
+    amsgrad); weight_decay is L2 added to the gradient, as there."""
+
+    def __init__(self, params, lr=1e-3, nodes=1, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+        if int(nodes) != nodes or nodes < 1:
+            raise ValueError(f"nodes must be a whole number >= 1, not {nodes!r}")
+        if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
+            raise ValueError("Adam: lr, eps, weight_decay >= 0 and betas in [0, 1)")
+        super().__init__(params, dict(lr=lr, nodes=int(nodes), betas=tuple(betas), eps=eps,
+                                      weight_decay=weight_decay))
+
+    def moved(self):
+        """The parameters moved by more than a step and a round's mixing since
+        the last step (rounds went by without one): the next gradient starts
+        the noise's differences afresh."""
+        for state in self.state.values():
+            state.pop("previous_grad", None)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            surplus = 1.0 - 1.0 / group["nodes"]  # the noise Adam on the mean would not see
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad
+                if grad.is_sparse:
+                    raise RuntimeError("consensusd.torch.Adam does not take sparse gradients")
+                if group["weight_decay"]:
+                    grad = grad.add(p, alpha=group["weight_decay"])
+                state = self.state[p]
+                if "step" not in state:
+                    state["step"] = 0
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)  # of this node's gradient
+                    state["noise_steps"] = 0
+                    state["noise_avg"] = torch.zeros_like(p)  # of d
+                state["step"] += 1
+                t = state["step"]
+                state["exp_avg"].mul_(beta1).add_(grad, alpha=1 - beta1)
+                state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                mean_sq = state["exp_avg_sq"] / (1 - beta2 ** t)
+                previous = state.get("previous_grad")
+                if previous is not None:
+                    state["noise_steps"] += 1
+                    difference = (grad - previous).pow_(2).mul_(0.5)
+                    state["noise_avg"].mul_(beta2).add_(difference, alpha=1 - beta2)
+                    previous.copy_(grad)
+                else:
+                    state["previous_grad"] = grad.clone()
+                if state["noise_steps"] and surplus:
+                    noise = state["noise_avg"] / (1 - beta2 ** state["noise_steps"])
+                    mean_sq = torch.maximum(mean_sq - surplus * noise, mean_sq / group["nodes"])
+                denominator = mean_sq.sqrt_().add_(group["eps"])
+                p.addcdiv_(state["exp_avg"], denominator, value=-group["lr"] / (1 - beta1 ** t))
+        return loss
 
 
 class Optimizer:
@@ -137,6 +218,7 @@ class Optimizer:
     def _next_round(self):
         """Loads the next round's x_k into the model; at the end, the node's final
         parameters (and False)."""
+        last = self.round
         try:
             self._round = next(self._rounds)
         except StopIteration:
@@ -147,6 +229,8 @@ class Optimizer:
             return False
         self._x = np.array(self._round.params, dtype=np.float32)  # x_k, ours to keep
         self._load(self._x)
+        if last is not None and self._round.index != last + 1 and hasattr(self.optimizer, "moved"):
+            self.optimizer.moved()  # rounds went by without us: consensusd.torch.Adam
         return True
 
     def _load(self, x):
