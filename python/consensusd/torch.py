@@ -59,8 +59,9 @@ class Adam(torch.optim.Optimizer):
     the small change of the gradient itself between consecutive steps), v is
     the average of g^2 less (1 - 1/nodes) times the average of d, and no
     lower than 1/nodes of the average of g^2 (a mean of independent
-    gradients). It computes and sends nothing more than Adam; the loop is
-    unchanged. consensusd.torch.Optimizer calls moved() when the node skipped
+    gradients). It sends nothing more than Adam and computes little more
+    (two more vectors a parameter: the last gradient and the average of d);
+    the loop is unchanged. consensusd.torch.Optimizer calls moved() when the node skipped
     rounds, so that a gradient from before is no sample of the noise.
     docs/trainers.md, "Adam on a node", has the measurements.
 
@@ -131,7 +132,9 @@ class Optimizer:
     """Wraps `optimizer` (over `model`'s parameters) to train as node `socket`.
     reconnect=True rides out daemon restarts (the model then continues from the
     daemon's checkpointed x); else a lost daemon raises consensusd.DaemonLost.
-    local_steps: optimizer steps per round (one delta to the daemon after them)."""
+    local_steps: optimizer steps per round (one delta to the daemon after them).
+    When the node's round jumps (rounds went by without this trainer), an
+    optimizer with moved() (consensusd.torch.Adam) is told."""
 
     def __init__(self, optimizer, model, socket, timeout=30.0, reconnect=False, local_steps=1):
         if int(local_steps) != local_steps or local_steps < 1:
