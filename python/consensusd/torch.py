@@ -61,8 +61,9 @@ class Adam(torch.optim.Optimizer):
     lower than 1/nodes of the average of g^2 (a mean of independent
     gradients). It sends nothing more than Adam and computes little more
     (two more vectors a parameter: the last gradient and the average of d);
-    the loop is unchanged. consensusd.torch.Optimizer calls moved() when the node skipped
-    rounds, so that a gradient from before is no sample of the noise.
+    the loop is unchanged. consensusd.torch.Optimizer calls moved() when the
+    node skipped rounds, so that a gradient from before is no sample of the
+    noise.
     docs/trainers.md, "Adam on a node", has the measurements.
 
     nodes=1 is torch.optim.Adam. Arguments as torch.optim.Adam's (without
@@ -83,6 +84,22 @@ class Adam(torch.optim.Optimizer):
         for state in self.state.values():
             state.pop("previous_grad", None)
 
+    def mean_square(self, p):
+        """The estimate of the nodes' mean gradient's second moment for
+        parameter p (bias-corrected), the square of what a step divides by."""
+        group = next(g for g in self.param_groups if any(q is p for q in g["params"]))
+        return self._mean_square(self.state[p], group)
+
+    @staticmethod
+    def _mean_square(state, group):
+        beta2 = group["betas"][1]
+        mean_sq = state["exp_avg_sq"] / (1 - beta2 ** state["step"])
+        if state["noise_steps"] and group["nodes"] > 1:
+            noise = state["noise_avg"] / (1 - beta2 ** state["noise_steps"])
+            surplus = 1.0 - 1.0 / group["nodes"]  # the noise Adam on the mean would not see
+            mean_sq = torch.maximum(mean_sq - surplus * noise, mean_sq / group["nodes"])
+        return mean_sq
+
     @torch.no_grad()
     def step(self, closure=None):
         loss = None
@@ -91,7 +108,6 @@ class Adam(torch.optim.Optimizer):
                 loss = closure()
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
-            surplus = 1.0 - 1.0 / group["nodes"]  # the noise Adam on the mean would not see
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -111,7 +127,6 @@ class Adam(torch.optim.Optimizer):
                 t = state["step"]
                 state["exp_avg"].mul_(beta1).add_(grad, alpha=1 - beta1)
                 state["exp_avg_sq"].mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                mean_sq = state["exp_avg_sq"] / (1 - beta2 ** t)
                 previous = state.get("previous_grad")
                 if previous is not None:
                     state["noise_steps"] += 1
@@ -120,10 +135,7 @@ class Adam(torch.optim.Optimizer):
                     previous.copy_(grad)
                 else:
                     state["previous_grad"] = grad.clone()
-                if state["noise_steps"] and surplus:
-                    noise = state["noise_avg"] / (1 - beta2 ** state["noise_steps"])
-                    mean_sq = torch.maximum(mean_sq - surplus * noise, mean_sq / group["nodes"])
-                denominator = mean_sq.sqrt_().add_(group["eps"])
+                denominator = self._mean_square(state, group).sqrt_().add_(group["eps"])
                 p.addcdiv_(state["exp_avg"], denominator, value=-group["lr"] / (1 - beta1 ** t))
         return loss
 

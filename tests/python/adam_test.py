@@ -19,14 +19,9 @@ def run(optimizer_of, gradients, start):
     return parameter.detach(), optimizer
 
 
-def denominator(state, nodes):
-    """sqrt(v_hat) as Adam's step divides by it; for consensusd.torch.Adam,
-    the mean gradient's square as its docstring says."""
-    v = state["exp_avg_sq"] / (1 - 0.999 ** state["step"])
-    if state.get("noise_steps"):
-        noise = state["noise_avg"] / (1 - 0.999 ** state["noise_steps"])
-        v = torch.maximum(v - (1 - 1 / nodes) * noise, v / nodes)
-    return v.sqrt()
+def denominator(state):
+    """sqrt(v_hat) of torch's Adam, as its step divides by it."""
+    return (state["exp_avg_sq"] / (1 - 0.999 ** state["step"])).sqrt()
 
 
 class AdamTest(unittest.TestCase):
@@ -72,16 +67,12 @@ class AdamTest(unittest.TestCase):
             for optimizer in (mean_adam, plain, ours):
                 optimizer.step()
 
-        def ratio(optimizer, nodes):
-            wanted = denominator(mean_adam.state[parameters[0]], 1)
-            state = next(iter(optimizer.state.values()))
-            return denominator(state, nodes) / wanted
-
+        wanted = denominator(mean_adam.state[parameters[0]])
         noisy, clean = slice(0, size // 10), slice(-size // 10, None)
-        own = ratio(plain, 1)  # the node's own noise: up to sqrt(8) = 2.8x too much
+        own = denominator(plain.state[parameters[1]]) / wanted  # up to sqrt(8) = 2.8x too much
         self.assertGreater(float(own[noisy].median()), 2.4)
         self.assertGreater(float(own[clean].median()), 1.1)
-        corrected = ratio(ours, nodes)
+        corrected = ours.mean_square(parameters[2]).sqrt() / wanted
         self.assertAlmostEqual(float(corrected[noisy].median()), 1.0, delta=0.15)
         self.assertAlmostEqual(float(corrected[clean].median()), 1.0, delta=0.1)
 
