@@ -301,6 +301,57 @@ TEST_CASE("external trainers: PyTorch models with Adam through consensusd.torch.
   CHECK(biasSum / 2 == doctest::Approx(0.05).epsilon(0.5));
 }
 
+TEST_CASE("external trainers: a trainer whose node skipped rounds tells consensusd.torch.Adam") {
+  // Node 2's trainer stops before its 10th step until the others have run
+  // ahead to the lead bound; its node then skips to them, the round index
+  // the trainer is given jumps, and the wrapper must call moved() (else the
+  // optimizer takes the drift of the skipped rounds for gradient noise).
+  // (A node whose trainer starts last may skip at its start too.)
+  auto overrides = externalModel(300);
+  overrides.push_back("model.dimension=5");
+  overrides.push_back("consensus.max_lead=10");
+  Cluster cluster(3, overrides);  // a ring of three: every node the others' neighbour
+  cluster.startAll();
+  const std::string go = cluster.path("go");
+  std::vector<std::unique_ptr<Child>> trainers;
+  for (std::size_t i = 0; i < 3; ++i) {
+    REQUIRE(waitFor([&] { return answers(cluster, i); }, 30s));
+    std::vector<std::string> argv{
+        "/usr/bin/env",
+        "PYTHONPATH=" + std::string(CONSENSUSD_SOURCE_DIR) + "/python",
+        "/usr/bin/python3",
+        std::string(CONSENSUSD_SOURCE_DIR) + "/tests/integration/trainers/torch_linear.py",
+        trainerSocket(cluster, i),
+        std::to_string(i),
+        "--nodes",
+        "3"};
+    if (i == 2) argv.insert(argv.end(), {"--pause-at", "10", "--until", go});
+    trainers.push_back(std::make_unique<Child>(argv, cluster.path("torch" + std::to_string(i))));
+  }
+  // Node 2 waits for its trainer's update (a round needs its own step); the
+  // others stop at its round + max_lead.
+  REQUIRE(waitFor(
+      [&] {
+        const std::int64_t paused = roundOf(cluster, 2);
+        return roundOf(cluster, 0) >= paused + 8 && roundOf(cluster, 1) >= paused + 8;
+      },
+      60s));
+  std::ofstream(go).put('\n');
+  for (std::size_t i = 0; i < 3; ++i) {
+    REQUIRE(cluster.child(i).wait(120s) == std::optional<int>(0));
+    REQUIRE(trainers[i]->wait(60s) == std::optional<int>(0));
+    const auto lines = linesOf(cluster.path("torch" + std::to_string(i)));
+    REQUIRE(lines.size() == 1);
+    CAPTURE(lines[0]);
+    CHECK(lines[0]["finished"] == "rounds");
+    CHECK(lines[0]["moved"] == lines[0]["jumps"]);  // told at every jump, and only then
+    if (i == 2) CHECK(lines[0]["jumps"] >= 1);
+    const std::vector<double> weight = lines[0]["weight"];
+    const std::vector<double> truth{1.0, -2.0, 3.0, 0.5};
+    for (std::size_t k = 0; k < 4; ++k) CHECK(weight[k] == doctest::Approx(truth[k]).epsilon(0.05));
+  }
+}
+
 TEST_CASE("external trainers: local_steps=4, four Adam steps a round and one delta") {
   auto overrides = externalModel(100);
   overrides.push_back("consensus.policy=all");
