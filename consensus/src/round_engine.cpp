@@ -398,8 +398,8 @@ Receipt RoundEngine<Scalar>::noteStored(std::size_t index, std::int64_t round, c
     // and gone, and a neighbour not yet in is the one whose distance the
     // dynamic rule weighs against the wait (consensus pull term).
     if (options_.policy.kind == PolicyKind::Dynamic) {
-      slot.distanceSq = static_cast<double>(
-          (Eigen::Map<const Vector>(values, params_->size()) - *params_).squaredNorm());
+      slot.distanceSq =
+          squaredDistance(values, params_->data(), static_cast<std::size_t>(params_->size()));
     }
   }
   switch (receipt) {

@@ -1,20 +1,25 @@
 // The consensus core's cost per round (policy decision, storing d estimates,
 // the fused mix and the step) next to one minibatch gradient of the model it
 // serves, measured in the same run: the core must be negligible next to the
-// gradient (issue: consensus core). Run through scripts/bench-round-overhead.
+// gradient (issue: consensus core); and the codecs' passes over one
+// compressed frame, with the machine's kernels and with baseline x86-64.
+// Run through scripts/bench-round-overhead.
 
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
 #include <random>
 
+#include "consensusd/consensus/codec.hpp"
 #include "consensusd/consensus/round_engine.hpp"
 #include "consensusd/data/model.hpp"
 #include "consensusd/topology/generators.hpp"
 
 namespace {
 
+using consensusd::consensus::Compression;
 using consensusd::consensus::EngineOptions;
+using consensusd::consensus::Kernels;
 using consensusd::consensus::PolicyKind;
 using consensusd::consensus::RoundEngine;
 using consensusd::consensus::Time;
@@ -111,9 +116,60 @@ void softmaxGradient(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(model.lossAndGradient(params, batch, grad, &stats));
 }
 
+// About the parameters of examples/torch's CNN (860 kB of float32).
+constexpr std::size_t kCnnDimension = 215'000;
+
+void codecLabel(benchmark::State& state, Compression codec, Kernels kernels) {
+  state.SetLabel(
+      std::string(consensusd::data::nameOf(consensusd::consensus::kCompressions, codec)) +
+      (kernels == Kernels::Best ? " best" : " baseline"));
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(kCnnDimension * 4));
+}
+
+// The sender's pass: frame = Q(x - copy), copy += decode(frame).
+void codecEncode(benchmark::State& state) {
+  const auto codec = static_cast<Compression>(state.range(0));
+  const auto kernels = static_cast<Kernels>(state.range(1));
+  const Eigen::VectorXf x = Eigen::VectorXf::Random(kCnnDimension);
+  std::vector<float> copy(kCnnDimension, 0.0f);
+  std::vector<std::byte> frame(consensusd::consensus::frameBytes(codec, kCnnDimension));
+  for (auto _ : state) {
+    consensusd::consensus::encodeDifference<float>(codec, std::span(x.data(), kCnnDimension), copy,
+                                                   frame, kernels);
+    benchmark::DoNotOptimize(frame.data());
+  }
+  codecLabel(state, codec, kernels);
+}
+
+// A receiver's pass over one neighbour's frame: check it, copy += decode(frame).
+void codecApply(benchmark::State& state) {
+  const auto codec = static_cast<Compression>(state.range(0));
+  const auto kernels = static_cast<Kernels>(state.range(1));
+  const Eigen::VectorXf x = Eigen::VectorXf::Random(kCnnDimension) * 1e-3f;
+  std::vector<float> sender(kCnnDimension, 0.0f);
+  std::vector<std::byte> frame(consensusd::consensus::frameBytes(codec, kCnnDimension));
+  consensusd::consensus::encodeDifference<float>(codec, std::span(x.data(), kCnnDimension), sender,
+                                                 frame);
+  std::vector<float> copy(kCnnDimension, 0.0f);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(
+        consensusd::consensus::applyDifference<float>(codec, frame, copy, kernels));
+  }
+  codecLabel(state, codec, kernels);
+}
+
+void codecs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"codec", "kernels"});
+  for (const Compression codec : {Compression::Bf16, Compression::Fp16, Compression::Int8})
+    for (const Kernels kernels : {Kernels::Best, Kernels::Baseline})
+      b->Args({static_cast<std::int64_t>(codec), static_cast<std::int64_t>(kernels)});
+}
+
 BENCHMARK(engineRound)->ArgName("policy")->DenseRange(0, 4);
 BENCHMARK(dynamicDecision)->ArgName("degree")->Arg(4)->Arg(8)->Arg(16)->Arg(32);
 BENCHMARK(softmaxGradient);
+BENCHMARK(codecEncode)->Apply(codecs);
+BENCHMARK(codecApply)->Apply(codecs);
 
 }  // namespace
 

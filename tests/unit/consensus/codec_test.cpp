@@ -13,6 +13,7 @@ using consensusd::consensus::Compression;
 using consensusd::consensus::encodeDifference;
 using consensusd::consensus::frameBytes;
 using consensusd::consensus::FrameCheck;
+using consensusd::consensus::Kernels;
 using consensusd::consensus::kInt8Block;
 
 namespace {
@@ -29,9 +30,9 @@ std::vector<float> randomVector(std::size_t n, std::uint32_t seed, float spread 
 
 // One frame of x against `copy` (which it advances).
 std::vector<std::byte> encode(Compression codec, const std::vector<float>& x,
-                              std::vector<float>& copy) {
+                              std::vector<float>& copy, Kernels kernels = Kernels::Best) {
   std::vector<std::byte> frame(frameBytes(codec, x.size()));
-  encodeDifference<float>(codec, x, copy, frame);
+  encodeDifference<float>(codec, x, copy, frame, kernels);
   return frame;
 }
 
@@ -120,6 +121,38 @@ TEST_CASE("codec: a receiver's copy is the sender's, bit for bit, frame after fr
     for (std::size_t i = 0; i < n; ++i)
       missing = std::max(missing, double{std::abs(x[i] - sender[i])});
     CHECK(missing < 0.02);
+  }
+}
+
+// A sender with AVX2 and a receiver without (or the other way round) must
+// hold the same copy: the vector loops give the baseline's bits.
+TEST_CASE("codec: the AVX2 and the baseline loops give the same frames and copies") {
+  const std::size_t n = 5 * kInt8Block + 77;
+  for (const Compression codec : kLossy) {
+    CAPTURE(static_cast<int>(codec));
+    std::vector<float> best(n, 0.0f);
+    std::vector<float> baseline(n, 0.0f);
+    std::vector<float> received(n, 0.0f);
+    std::vector<float> x = randomVector(n, 11);
+    for (std::size_t i = 0; i < n; ++i) x[i] *= std::pow(10.0f, static_cast<float>(i % 9) - 5.0f);
+    for (std::uint32_t round = 0; round < 10; ++round) {
+      const std::vector<float> step = randomVector(n, 200 + round, 0.01f);
+      for (std::size_t i = 0; i < n; ++i) x[i] += step[i];
+      const auto frame = encode(codec, x, best, Kernels::Best);
+      CHECK(encode(codec, x, baseline, Kernels::Baseline) == frame);
+      CHECK(std::memcmp(best.data(), baseline.data(), n * sizeof(float)) == 0);
+      REQUIRE(applyDifference<float>(codec, frame, received, Kernels::Baseline) ==
+              FrameCheck::Applied);
+      CHECK(std::memcmp(best.data(), received.data(), n * sizeof(float)) == 0);
+    }
+    if (codec == Compression::Fp16) continue;  // saturates at 65504: cannot overflow a copy
+    std::vector<float> overflowing(kInt8Block, 3e38f);  // the overflow check in both loops
+    std::vector<float> sender(kInt8Block, 0.0f);
+    const auto frame = encode(codec, std::vector<float>(kInt8Block, 2e38f), sender);
+    for (const Kernels kernels : {Kernels::Best, Kernels::Baseline}) {
+      auto copy = overflowing;
+      CHECK(applyDifference<float>(codec, frame, copy, kernels) == FrameCheck::Overflow);
+    }
   }
 }
 

@@ -30,6 +30,10 @@ inline constexpr data::NameTable<Compression, 4> kCompressions{{{Compression::No
 
 inline constexpr std::size_t kInt8Block = 256;  // coordinates per float32 scale
 
+// The loops a machine runs: Best = AVX2 where the CPU has it; Baseline =
+// plain x86-64 (for tests and benchmarks). Both give the same bits.
+enum class Kernels { Best, Baseline };
+
 // Bytes of one compressed frame of `dimension` coordinates (not for None).
 std::size_t frameBytes(Compression codec, std::size_t dimension);
 
@@ -37,7 +41,7 @@ std::size_t frameBytes(Compression codec, std::size_t dimension);
 // `frame` holds frameBytes(codec, x.size()) bytes.
 template <class Scalar>
 void encodeDifference(Compression codec, std::span<const Scalar> x, std::span<Scalar> copy,
-                      std::span<std::byte> frame);
+                      std::span<std::byte> frame, Kernels kernels = Kernels::Best);
 
 // What a receiver's copy became.
 enum class FrameCheck {
@@ -50,15 +54,15 @@ enum class FrameCheck {
 // The receiver's step: copy += decode(frame), after checking the frame.
 template <class Scalar>
 FrameCheck applyDifference(Compression codec, std::span<const std::byte> frame,
-                           std::span<Scalar> copy);
+                           std::span<Scalar> copy, Kernels kernels = Kernels::Best);
 
 extern template void encodeDifference<float>(Compression, std::span<const float>, std::span<float>,
-                                             std::span<std::byte>);
+                                             std::span<std::byte>, Kernels);
 extern template void encodeDifference<double>(Compression, std::span<const double>,
-                                              std::span<double>, std::span<std::byte>);
+                                              std::span<double>, std::span<std::byte>, Kernels);
 extern template FrameCheck applyDifference<float>(Compression, std::span<const std::byte>,
-                                                  std::span<float>);
+                                                  std::span<float>, Kernels);
 extern template FrameCheck applyDifference<double>(Compression, std::span<const std::byte>,
-                                                   std::span<double>);
+                                                   std::span<double>, Kernels);
 
 }  // namespace consensusd::consensus

@@ -43,6 +43,11 @@ template <class Scalar>
 void fusedMix(const Scalar* self, double selfWeight, const std::vector<MixInput>& inputs,
               Scalar* out, std::size_t dimension, const MixExtras<Scalar>& extras = {});
 
+// ||a - b||^2 over `dimension` values in one pass (AVX2 where the CPU has
+// it): the distance of a neighbour's estimate, measured as it arrives.
+template <class Scalar>
+double squaredDistance(const Scalar* a, const Scalar* b, std::size_t dimension);
+
 // Self-centred clipping: scales each weight by min(1, radius / ||x_k - self||),
 // so x_hat = self + sum_k w_k clip(x_k - self) and no neighbour moves us by
 // more than w_k * radius. radius 0: the median of the responders' distances
