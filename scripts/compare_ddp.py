@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """The table and plot of scripts/compare-ddp from its run folder: the
 trainers' lines "round R  loss L  test acc A  T s" of consensusd's nodes
-(RUN/consensusd/nI.trainer.log) and of DDP's rank 0 (RUN/ddp-rank0.log).
+(RUN/consensusd/nI.trainer.log) and of DDP's rank 0 (RUN/ddp-rank0.log),
+and the CPU seconds each side took (RUN/consensusd/cpu: the trainers' and
+the daemons'; RUN/ddp-cpu: the ranks').
 
     scripts/compare_ddp.py RUN STEPS      (writes RUN/accuracy.png)
 """
@@ -35,6 +37,24 @@ def first_step(path):
         return next((float(m[1]) for m in map(FIRST.search, lines) if m), None)
 
 
+def cpu_seconds(path):
+    """The CPU seconds recorded in `path` (one or more numbers), or None."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as numbers:
+        return [float(x) for x in numbers.read().split()]
+
+
+def cpu_per_step(seconds, steps, part=None):
+    """CPU ms per step, and a part of it (the daemons') in parentheses."""
+    if seconds is None:
+        return "-"
+    total = f"{1000 * sum(seconds) / steps:.0f}"
+    if part is None or part >= len(seconds):
+        return total
+    return f"{total} (daemons {1000 * seconds[part] / steps:.0f})"
+
+
 def first_time(points, target):
     return next((t for _, accuracy, t in points if accuracy >= target), None)
 
@@ -64,6 +84,7 @@ def main():
         finals = [points[-1][1] for points in nodes if points[-1][0] == steps]
         rows.append(("consensusd (n0)", *(seconds(first_time(n0, t)) for t in TARGETS),
                      f"{steps / n0[-1][2]:.1f}",
+                     cpu_per_step(cpu_seconds(os.path.join(run, "consensusd", "cpu")), steps, 1),
                      f"{statistics.mean(finals):.4f} (mean), {min(finals):.4f} (lowest)"
                      if finals else "-"))
         ax.plot([p[2] for p in n0], [p[1] for p in n0], color="tab:blue", linewidth=2,
@@ -75,10 +96,11 @@ def main():
     if ddp:
         rows.append(("DDP (gloo)", *(seconds(first_time(ddp, t)) for t in TARGETS),
                      f"{steps / ddp[-1][2]:.1f}",
+                     cpu_per_step(cpu_seconds(os.path.join(run, "ddp-cpu")), steps),
                      f"{ddp[-1][1]:.4f}" if ddp[-1][0] == steps else "-"))
         ax.plot([p[2] for p in ddp], [p[1] for p in ddp], color="tab:red", linewidth=2,
                 label="DDP (gloo)")
-    header = ("run", *(f"to {t}" for t in TARGETS), "steps/s", "final accuracy")
+    header = ("run", *(f"to {t}" for t in TARGETS), "steps/s", "CPU ms/step", "final accuracy")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for row in rows:
