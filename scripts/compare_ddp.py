@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 LINE = re.compile(r"round (\d+)\s+loss \S+\s+test acc ([0-9.]+)\s+([0-9.]+) s")
 TARGETS = (0.85, 0.89)
+SMOOTHED = 3  # points averaged for the smoothed crossing
 
 
 FIRST = re.compile(r"first step at ([0-9.]+) \(unix time\)")
@@ -55,8 +56,14 @@ def cpu_per_step(seconds, steps, part=None):
     return f"{total} (daemons {1000 * seconds[part] / steps:.0f})"
 
 
-def first_time(points, target):
-    return next((t for _, accuracy, t in points if accuracy >= target), None)
+def first_time(points, target, window=1):
+    """When the mean of the last `window` points first reached `target`: 1 is the
+    first crossing; 3 smooths out the test set's noise (2,000 images: about
+    0.7 points either way) at the price of a later time."""
+    for k in range(window - 1, len(points)):
+        if sum(p[1] for p in points[k - window + 1:k + 1]) / window >= target:
+            return points[k][2]
+    return None
 
 
 def seconds(value):
@@ -83,6 +90,7 @@ def main():
         n0 = nodes[0]
         finals = [points[-1][1] for points in nodes if points[-1][0] == steps]
         rows.append(("consensusd (n0)", *(seconds(first_time(n0, t)) for t in TARGETS),
+                     seconds(first_time(n0, TARGETS[-1], SMOOTHED)),
                      f"{steps / n0[-1][2]:.1f}",
                      cpu_per_step(cpu_seconds(os.path.join(run, "consensusd", "cpu")), steps, 1),
                      f"{statistics.mean(finals):.4f} (mean), {min(finals):.4f} (lowest)"
@@ -95,12 +103,14 @@ def main():
         os.path.join(run, "ddp-rank0.log")) else []
     if ddp:
         rows.append(("DDP (gloo)", *(seconds(first_time(ddp, t)) for t in TARGETS),
+                     seconds(first_time(ddp, TARGETS[-1], SMOOTHED)),
                      f"{steps / ddp[-1][2]:.1f}",
                      cpu_per_step(cpu_seconds(os.path.join(run, "ddp-cpu")), steps),
                      f"{ddp[-1][1]:.4f}" if ddp[-1][0] == steps else "-"))
         ax.plot([p[2] for p in ddp], [p[1] for p in ddp], color="tab:red", linewidth=2,
                 label="DDP (gloo)")
-    header = ("run", *(f"to {t}" for t in TARGETS), "steps/s", "CPU ms/step", "final accuracy")
+    header = ("run", *(f"to {t}" for t in TARGETS), f"to {TARGETS[-1]}, mean of {SMOOTHED}",
+              "steps/s", "CPU ms/step", "final accuracy")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for row in rows:
