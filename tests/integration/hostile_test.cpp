@@ -179,7 +179,8 @@ TEST_CASE(
   REQUIRE(waitFor([&] { return roundOf(cluster, 1) > gone + 2000; }, 60s));
   cluster.start(0);
   REQUIRE(waitFor([&] { return answers(cluster, 0); }, 30s));
-  CHECK(cluster.log(0).find("resumed from") != std::string::npos);
+  // The log line may reach the file after the status socket answers.
+  CHECK(waitFor([&] { return cluster.log(0).find("resumed from") != std::string::npos; }, 10s));
   CHECK(waitFor([&] { return roundOf(cluster, 0) + 30 >= roundOf(cluster, 1); }, 20s));
   CHECK(waitFor([&] { return roundOf(cluster, 0) > gone + 2100; }, 20s));
   const std::uint64_t mixed = neighborOf(cluster, 0, "n1").value("mixed", std::uint64_t{0});
