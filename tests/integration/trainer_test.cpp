@@ -45,18 +45,24 @@ std::string trainerSocket(const Cluster& cluster, std::size_t i) {
   return cluster.path(Cluster::id(i) + ".trainer.sock");
 }
 
+// Debian's python3 running tests/integration/trainers/`script` with `args`,
+// the package from python/ on its path.
+std::vector<std::string> pythonArgv(const std::string& script,
+                                    const std::vector<std::string>& args) {
+  std::vector<std::string> argv{
+      "/usr/bin/env", "PYTHONPATH=" + std::string(CONSENSUSD_SOURCE_DIR) + "/python",
+      "/usr/bin/python3",
+      std::string(CONSENSUSD_SOURCE_DIR) + "/tests/integration/trainers/" + script};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
 std::vector<std::string> trainerArgv(const Cluster& cluster, std::size_t i,
                                      const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> argv{
-      "/usr/bin/env",
-      "PYTHONPATH=" + std::string(CONSENSUSD_SOURCE_DIR) + "/python",
-      "/usr/bin/python3",
-      std::string(CONSENSUSD_SOURCE_DIR) + "/tests/integration/trainers/quadratic.py",
-      trainerSocket(cluster, i),
-      std::to_string(i),
-      std::to_string(kDimension)};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  return argv;
+  std::vector<std::string> args{trainerSocket(cluster, i), std::to_string(i),
+                                std::to_string(kDimension)};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return pythonArgv("quadratic.py", args);
 }
 
 // The JSON lines a trainer printed (its log file).
@@ -277,11 +283,7 @@ TEST_CASE("external trainers: PyTorch models with Adam through consensusd.torch.
   for (std::size_t i = 0; i < 2; ++i) {
     REQUIRE(waitFor([&] { return answers(cluster, i); }, 30s));
     trainers.push_back(std::make_unique<Child>(
-        std::vector<std::string>{
-            "/usr/bin/env", "PYTHONPATH=" + std::string(CONSENSUSD_SOURCE_DIR) + "/python",
-            "/usr/bin/python3",
-            std::string(CONSENSUSD_SOURCE_DIR) + "/tests/integration/trainers/torch_linear.py",
-            trainerSocket(cluster, i), std::to_string(i)},
+        pythonArgv("torch_linear.py", {trainerSocket(cluster, i), std::to_string(i)}),
         cluster.path("torch" + std::to_string(i))));
   }
   double biasSum = 0;
@@ -316,17 +318,10 @@ TEST_CASE("external trainers: a trainer whose node skipped rounds tells consensu
   std::vector<std::unique_ptr<Child>> trainers;
   for (std::size_t i = 0; i < 3; ++i) {
     REQUIRE(waitFor([&] { return answers(cluster, i); }, 30s));
-    std::vector<std::string> argv{
-        "/usr/bin/env",
-        "PYTHONPATH=" + std::string(CONSENSUSD_SOURCE_DIR) + "/python",
-        "/usr/bin/python3",
-        std::string(CONSENSUSD_SOURCE_DIR) + "/tests/integration/trainers/torch_linear.py",
-        trainerSocket(cluster, i),
-        std::to_string(i),
-        "--nodes",
-        "3"};
-    if (i == 2) argv.insert(argv.end(), {"--pause-at", "10", "--until", go});
-    trainers.push_back(std::make_unique<Child>(argv, cluster.path("torch" + std::to_string(i))));
+    std::vector<std::string> args{trainerSocket(cluster, i), std::to_string(i), "--nodes", "3"};
+    if (i == 2) args.insert(args.end(), {"--pause-at", "10", "--until", go});
+    trainers.push_back(std::make_unique<Child>(pythonArgv("torch_linear.py", args),
+                                               cluster.path("torch" + std::to_string(i))));
   }
   // Node 2 waits for its trainer's update (a round needs its own step); the
   // others stop at its round + max_lead.
@@ -374,11 +369,7 @@ TEST_CASE("external trainers: local_steps=4, four Adam steps a round and one del
   for (std::size_t i = 0; i < 2; ++i) {
     REQUIRE(waitFor([&] { return answers(cluster, i); }, 30s));
     trainers.push_back(std::make_unique<Child>(
-        std::vector<std::string>{
-            "/usr/bin/env", "PYTHONPATH=" + std::string(CONSENSUSD_SOURCE_DIR) + "/python",
-            "/usr/bin/python3",
-            std::string(CONSENSUSD_SOURCE_DIR) + "/tests/integration/trainers/torch_linear.py",
-            trainerSocket(cluster, i), std::to_string(i), "4"},
+        pythonArgv("torch_linear.py", {trainerSocket(cluster, i), std::to_string(i), "4"}),
         cluster.path("torch" + std::to_string(i))));
   }
   for (std::size_t i = 0; i < 2; ++i) {
