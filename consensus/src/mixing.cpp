@@ -47,8 +47,18 @@ template <class Scalar>
     for (std::size_t k = 0; k < count; ++k) {
       const Scalar* in = inputs[k] + begin;
       const Scalar w = weights[k];
+      if (extras.inputDistancesSq != nullptr) {
+        Scalar sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (std::size_t i = 0; i < n; ++i) {
+          o[i] += w * in[i];
+          sum += (in[i] - x[i]) * (in[i] - x[i]);
+        }
+        extras.inputDistancesSq[k] += static_cast<double>(sum);
+      } else {
 #pragma omp simd
-      for (std::size_t i = 0; i < n; ++i) o[i] += w * in[i];
+        for (std::size_t i = 0; i < n; ++i) o[i] += w * in[i];
+      }
     }
     if (extras.distanceSq != nullptr) {
       Scalar sum = 0;
@@ -80,7 +90,60 @@ template <class Scalar>
   return total;
 }
 
+// Sums of products in Scalar within a block, the blocks in double (as
+// squaredDistanceBlocks); each term only when its vectors are given.
+template <class Scalar>
+[[gnu::always_inline]] inline RoundSums roundSumsBlocks(const Scalar* g, const Scalar* x,
+                                                        const Scalar* delta, const Scalar* mixed,
+                                                        const Scalar* previousX,
+                                                        const Scalar* previousG,
+                                                        std::size_t dimension) {
+  RoundSums total;
+  const bool curvature = previousX != nullptr && previousG != nullptr;
+  for (std::size_t begin = 0; begin < dimension; begin += kBlock) {
+    const std::size_t end = begin + std::min(kBlock, dimension - begin);
+    Scalar gg = 0;
+#pragma omp simd reduction(+ : gg)
+    for (std::size_t i = begin; i < end; ++i) gg += g[i] * g[i];
+    total.gradientSq += static_cast<double>(gg);
+    if (delta != nullptr) {
+      Scalar gd = 0;
+#pragma omp simd reduction(+ : gd)
+      for (std::size_t i = begin; i < end; ++i) gd += g[i] * delta[i];
+      total.alongDelta += static_cast<double>(gd);
+    }
+    if (mixed != nullptr) {
+      Scalar pull = 0;
+#pragma omp simd reduction(+ : pull)
+      for (std::size_t i = begin; i < end; ++i) pull += (mixed[i] - x[i]) * g[i];
+      total.pull += static_cast<double>(pull);
+    }
+    if (curvature) {
+      Scalar dot = 0;
+      Scalar stepSq = 0;
+#pragma omp simd reduction(+ : dot, stepSq)
+      for (std::size_t i = begin; i < end; ++i) {
+        const Scalar step = x[i] - previousX[i];
+        dot += (g[i] - previousG[i]) * step;
+        stepSq += step * step;
+      }
+      total.curvature += static_cast<double>(dot);
+      total.stepSq += static_cast<double>(stepSq);
+    }
+  }
+  return total;
+}
+
 #if defined(__x86_64__)
+template <class Scalar>
+__attribute__((target("avx2"))) RoundSums roundSumsAvx2(const Scalar* g, const Scalar* x,
+                                                        const Scalar* delta, const Scalar* mixed,
+                                                        const Scalar* previousX,
+                                                        const Scalar* previousG,
+                                                        std::size_t dimension) {
+  return roundSumsBlocks(g, x, delta, mixed, previousX, previousG, dimension);
+}
+
 template <class Scalar>
 __attribute__((target("avx2"))) double squaredDistanceAvx2(const Scalar* a, const Scalar* b,
                                                            std::size_t dimension) {
@@ -111,6 +174,7 @@ void fusedMix(const Scalar* self, double selfWeight, const std::vector<MixInput>
     weights.push_back(static_cast<Scalar>(input.weight));
   }
   const auto weight = static_cast<Scalar>(selfWeight);
+  if (extras.inputDistancesSq != nullptr) std::fill_n(extras.inputDistancesSq, inputs.size(), 0.0);
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2");
   if (avx2) {
@@ -129,6 +193,16 @@ double squaredDistance(const Scalar* a, const Scalar* b, std::size_t dimension) 
   if (avx2) return squaredDistanceAvx2(a, b, dimension);
 #endif
   return squaredDistanceBlocks(a, b, dimension);
+}
+
+template <class Scalar>
+RoundSums roundSums(const Scalar* g, const Scalar* x, const Scalar* delta, const Scalar* mixed,
+                    const Scalar* previousX, const Scalar* previousG, std::size_t dimension) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return roundSumsAvx2(g, x, delta, mixed, previousX, previousG, dimension);
+#endif
+  return roundSumsBlocks(g, x, delta, mixed, previousX, previousG, dimension);
 }
 
 template <class Scalar>
@@ -200,6 +274,10 @@ void trimmedMean(const Scalar* self, const std::vector<MixInput>& inputs, std::s
 
 template double squaredDistance<float>(const float*, const float*, std::size_t);
 template double squaredDistance<double>(const double*, const double*, std::size_t);
+template RoundSums roundSums<float>(const float*, const float*, const float*, const float*,
+                                    const float*, const float*, std::size_t);
+template RoundSums roundSums<double>(const double*, const double*, const double*, const double*,
+                                     const double*, const double*, std::size_t);
 template double clipWeights<float>(const float*, std::vector<MixInput>&, double, std::size_t);
 template double clipWeights<double>(const double*, std::vector<MixInput>&, double, std::size_t);
 template void trimmedMean<float>(const float*, const std::vector<MixInput>&, std::size_t, float*,

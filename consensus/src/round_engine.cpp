@@ -296,6 +296,7 @@ std::optional<typename RoundEngine<Scalar>::Start> RoundEngine<Scalar>::tryStart
   blockedSince_.reset();
   haveGradient_ = false;
   decidedReason_.reset();
+  measureDueDistances();  // estimates that came since the last round's end
   decision_ = policy_->decide(policyContext(now));
   Start start{round_, params_, nullptr, -1, nullptr};
   if (compressed()) {
@@ -394,12 +395,18 @@ Receipt RoundEngine<Scalar>::noteStored(std::size_t index, std::int64_t round, c
         index,
         options_.mixRound == MixRound::Newest ? addSaturating(round, options_.staleness) : round,
         now);
-    // Measured on arrival: by the next round start the estimate is mixed
-    // and gone, and a neighbour not yet in is the one whose distance the
-    // dynamic rule weighs against the wait (consensus pull term).
-    if (options_.policy.kind == PolicyKind::Dynamic) {
-      slot.distanceSq =
-          squaredDistance(values, params_->data(), static_cast<std::size_t>(params_->size()));
+    // A neighbour not yet in is the one whose distance the dynamic rule
+    // weighs against the wait (consensus pull term), from its newest
+    // estimate. One kept is measured later, in the mix's pass if it is
+    // mixed; one not kept, now.
+    if (measuresDistances()) {
+      if (receipt == Receipt::Stored) {
+        slot.distanceDue = round;
+      } else {
+        slot.distanceDue.reset();
+        slot.distanceSq =
+            squaredDistance(values, params_->data(), static_cast<std::size_t>(params_->size()));
+      }
     }
   }
   switch (receipt) {
@@ -694,7 +701,9 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   const std::int64_t joinAbove = (clusterAhead_ ? 0 : round_) + options_.skipAhead;
   record.adopted = joining_ && newestMixed > joinAbove;
   std::vector<MixInput> inputs;
-  for (Slot& slot : slots_) {
+  std::vector<std::size_t> inputSlots;
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    Slot& slot = slots_[s];
     const auto* entry = usable(slot, mixRound);
     if (entry == nullptr || (record.adopted && entry->round <= joinAbove)) continue;
     if (options_.mixMode == MixMode::Symmetric && !skip) {
@@ -702,6 +711,7 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
       if (it == slot.decisions.end() || !it->second) continue;
     }
     inputs.push_back({entry->values, slot.weight});
+    inputSlots.push_back(s);
     record.responders.push_back(slot.node);
     ++slot.counters.mixed;
   }
@@ -732,6 +742,13 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   const bool heterogeneity = g != nullptr && options_.policy.kind == PolicyKind::Dynamic &&
                              options_.policy.heterogeneityTerm;
   bool stepped = false;
+  // The mixed neighbours' distances, measured in the mix's pass when the policy reads them.
+  std::vector<double> inputDistancesSq;
+  const auto measureInMix = [&](MixExtras<Scalar>& extras) {
+    if (!measuresDistances()) return;
+    inputDistancesSq.resize(inputs.size());
+    extras.inputDistancesSq = inputDistancesSq.data();
+  };
   if (record.adopted) {
     double total = 0;
     for (const MixInput& input : inputs) total += input.weight;
@@ -739,6 +756,7 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     record.selfWeight = 0;
     double distanceSq = 0;
     MixExtras<Scalar> extras;
+    measureInMix(extras);
     extras.distanceSq = &distanceSq;
     fusedMix(params.data(), 0.0, inputs, mixed.data(), dimension, extras);
     record.consensusDistance = std::sqrt(distanceSq);
@@ -763,6 +781,7 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     }
     double distanceSq = 0;
     MixExtras<Scalar> extras;
+    measureInMix(extras);
     extras.distanceSq = &distanceSq;
     stepped =
         record.gradientApplied && !heterogeneity && !(isGradient && sgd_.hasMomentum()) && !outer_;
@@ -773,49 +792,56 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     fusedMix(params.data(), selfWeight, inputs, mixed.data(), dimension, extras);
     record.consensusDistance = std::sqrt(distanceSq);
   }
+  for (std::size_t k = 0; k < std::min(inputDistancesSq.size(), inputSlots.size()); ++k) {
+    Slot& slot = slots_[inputSlots[k]];
+    if (dueValues(slot) == inputs[k].values) {
+      slot.distanceSq = inputDistancesSq[k];
+      slot.distanceDue.reset();
+    }
+  }
+  measureDueDistances();  // the rest of this round's arrivals, against the same x_k
+
+  // What the delta's eta and the dynamic policy read of the round, in one
+  // pass: the delta along g; the pull against g, for the heterogeneity;
+  // the curvature along the path for L (on a large model's sample, apart).
+  const bool dynamic = options_.policy.kind == PolicyKind::Dynamic;
+  const bool curvature = havePrevious_ && g != nullptr && dynamic;
+  const bool curvatureWhole = curvature && sampleStride_ == 1;
+  RoundSums sums;
+  if (g != nullptr && (dynamic || !isGradient)) {
+    sums = roundSums(g->data(), params.data(), isGradient ? nullptr : gradient_.data(),
+                     heterogeneity ? mixed.data() : nullptr,
+                     curvatureWhole ? previousParams_->data() : nullptr,
+                     curvatureWhole ? previousGradient_.data() : nullptr, dimension);
+  }
   if (!isGradient && g != nullptr) {
     // The trainer's step along -g: what eta an SGD step of the same
     // progress would have taken (Adam's, momentum's, anything's).
-    const double normSq = static_cast<double>(g->squaredNorm());
     const double eta =
-        normSq > 0 ? std::max(-static_cast<double>(g->dot(gradient_)) / normSq, 0.0) : 0.0;
+        sums.gradientSq > 0 ? std::max(-sums.alongDelta / sums.gradientSq, 0.0) : 0.0;
     deltaEta_ = deltaEta_ ? *deltaEta_ + 0.1 * (eta - *deltaEta_) : eta;
     record.learningRate = *deltaEta_;
   }
-  if (g != nullptr && options_.policy.kind == PolicyKind::Dynamic &&
-      options_.policy.heterogeneityTerm) {
-    // The pull against this round's gradient, for the heterogeneity (one
-    // more pass, only when the dynamic policy counts it).
-    gradients_.recordPull(static_cast<double>((mixed - params).dot(*g)), record.learningRate);
-  }
-
-  // Curvature along the path for L (only the dynamic policy reads it: two
-  // passes over the parameters saved for the others), then the step.
-  const bool dynamic = options_.policy.kind == PolicyKind::Dynamic;
-  if (havePrevious_ && g != nullptr && dynamic) {
+  if (heterogeneity) gradients_.recordPull(sums.pull, record.learningRate);
+  if (curvature) {
     // (g_k - g_{k-1}) . (x_k - x_{k-1}) carries +eta sigma^2 / B from the
     // minibatch noise of g_{k-1}, which also moved x: take it out. On a
     // sample, both sums scale by the stride.
     const double noise = previousEta_ * previousVariance_ /
                          static_cast<double>(std::max<std::size_t>(options_.batchSize, 1));
     const auto scale = static_cast<double>(sampleStride_);
-    double dot = 0;
-    double stepSq = 0;
-    if (sampleStride_ == 1) {  // contiguous: vectorised
-      dot = static_cast<double>((*g - previousGradient_).dot(params - previousParams_));
-      stepSq = static_cast<double>((params - previousParams_).squaredNorm());
-    } else {
-      const Eigen::Index n = previousParams_.size();
+    if (!curvatureWhole) {
+      const Vector& previous = *previousParams_;
+      const Eigen::Index n = previous.size();
       const auto stride = Eigen::InnerStride<>(sampleStride_);
       const Eigen::Map<const Vector, 0, Eigen::InnerStride<>> x(params.data(), n, stride);
       const Eigen::Map<const Vector, 0, Eigen::InnerStride<>> gk(g->data(), n, stride);
-      dot = static_cast<double>((gk - previousGradient_).dot(x - previousParams_));
-      stepSq = static_cast<double>((x - previousParams_).squaredNorm());
+      sums.curvature = static_cast<double>((gk - previousGradient_).dot(x - previous));
+      sums.stepSq = static_cast<double>((x - previous).squaredNorm());
     }
-    gradients_.recordStep(scale * dot - noise, scale * stepSq);
+    gradients_.recordStep(scale * sums.curvature - noise, scale * sums.stepSq);
   }
   havePrevious_ = g != nullptr && dynamic;
-  if (havePrevious_) keepCurvatureSample(params, *g);
   gradients_.record(stats_.gradNormSq, stats_.sampleVariance);
   previousEta_ = record.learningRate;
   previousVariance_ = stats_.sampleVariance;
@@ -830,6 +856,7 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     }
   }
   params_.swap(mixed_);
+  if (havePrevious_) keepCurvatureSample(*g);
 
   // A node that adopted the cluster's state goes on at its round.
   const std::int64_t target = skip ? mixRound : record.adopted ? newestMixed : round_ + 1;
@@ -845,16 +872,48 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
 }
 
 template <class Scalar>
-void RoundEngine<Scalar>::keepCurvatureSample(const Vector& params, const Vector& gradient) {
+void RoundEngine<Scalar>::keepCurvatureSample(Vector& gradient) {
   if (sampleStride_ == 1) {
-    previousParams_ = params;  // sized once, then copied into
-    previousGradient_ = gradient;
+    // x_k's buffer is kept, and x_{k-1}'s takes the next mix (writable()
+    // replaces it while a send of it is in flight).
+    if (!previousParams_) previousParams_ = std::make_shared<Vector>(params_->size());
+    previousParams_.swap(mixed_);
+    if (&gradient == &probe_) {
+      previousGradient_.swap(probe_);  // the next delta's probe is copied in
+    } else {
+      previousGradient_ = gradient;  // still the update handed back (takeSpentUpdate)
+    }
     return;
   }
+  const Vector& params = *mixed_;
   const Eigen::Index n = (params.size() + sampleStride_ - 1) / sampleStride_;
   const auto stride = Eigen::InnerStride<>(sampleStride_);
-  previousParams_ = Eigen::Map<const Vector, 0, Eigen::InnerStride<>>(params.data(), n, stride);
+  if (!previousParams_) previousParams_ = std::make_shared<Vector>(n);
+  *previousParams_ = Eigen::Map<const Vector, 0, Eigen::InnerStride<>>(params.data(), n, stride);
   previousGradient_ = Eigen::Map<const Vector, 0, Eigen::InnerStride<>>(gradient.data(), n, stride);
+}
+
+template <class Scalar>
+bool RoundEngine<Scalar>::measuresDistances() const {
+  return options_.policy.kind == PolicyKind::Dynamic && options_.policy.pullTerm;
+}
+
+template <class Scalar>
+const Scalar* RoundEngine<Scalar>::dueValues(const Slot& slot) const {
+  if (!slot.distanceDue) return nullptr;
+  if (compressed()) return slot.copy.data();  // the copy as the newest frame left it
+  const auto* entry = slot.mailbox.exact(*slot.distanceDue);
+  return entry != nullptr ? entry->values : nullptr;
+}
+
+template <class Scalar>
+void RoundEngine<Scalar>::measureDueDistances() {
+  const auto dimension = static_cast<std::size_t>(params_->size());
+  for (Slot& slot : slots_) {
+    if (const Scalar* values = dueValues(slot))
+      slot.distanceSq = squaredDistance(values, params_->data(), dimension);
+    slot.distanceDue.reset();
+  }
 }
 
 template <class Scalar>

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "consensusd/consensus/codec.hpp"
+#include "consensusd/consensus/mixing.hpp"
 #include "consensusd/consensus/round_engine.hpp"
 #include "consensusd/data/model.hpp"
 #include "consensusd/topology/generators.hpp"
@@ -158,6 +159,55 @@ void codecApply(benchmark::State& state) {
   codecLabel(state, codec, kernels);
 }
 
+// One round at the demo's size: node 0 of the complete graph of 8 with
+// kCnnDimension parameters, the dynamic policy, a trainer's delta with the
+// gradient it stepped from, the 7 estimates kept in place (as the daemon
+// keeps a received message); beside it the mix of the 7 alone, the one pass
+// over them a round cannot do without.
+void demoRound(benchmark::State& state) {
+  consensusd::topology::GeneratorOptions graph;
+  graph.kind = "complete";
+  graph.nodes = 8;
+  const auto topology =
+      consensusd::topology::Topology::fromSpec(consensusd::topology::generate(graph), "<bench>");
+  EngineOptions options;
+  options.policy.kind = PolicyKind::Dynamic;
+  options.warmupRounds = 0;
+  RoundEngine<float> engine(topology, 0, options, {}, 0.0, Eigen::VectorXf::Zero(kCnnDimension),
+                            Time{});
+  std::vector<Eigen::VectorXf> neighbours;
+  for (std::size_t k = 0; k < 7; ++k) neighbours.push_back(Eigen::VectorXf::Random(kCnnDimension));
+  const Eigen::VectorXf delta = Eigen::VectorXf::Random(kCnnDimension) * 1e-3f;
+  const Eigen::VectorXf gradient = Eigen::VectorXf::Random(kCnnDimension);
+  std::int64_t t = 0;
+  for (auto _ : state) {
+    const std::int64_t round = engine.tryStart(Time(t))->round;
+    std::size_t k = 0;
+    for (const auto& in : topology.inNeighbors(0)) {
+      const float* values = neighbours[k++].data();
+      // Held in place: an owner without a control block.
+      engine.onEstimate(in.index, round, values, Time(t + 1000),
+                        std::shared_ptr<const void>(std::shared_ptr<const void>(), values));
+    }
+    engine.onDelta(round, delta, gradient, 0.5, {1.0, 10.0}, Time(t + 500));
+    benchmark::DoNotOptimize(engine.tryFinish(Time(t + 2000)));
+    t += 1'000'000;
+  }
+}
+
+void demoMix(benchmark::State& state) {
+  const Eigen::VectorXf self = Eigen::VectorXf::Random(kCnnDimension);
+  std::vector<Eigen::VectorXf> neighbours;
+  std::vector<consensusd::consensus::MixInput> inputs;
+  for (std::size_t k = 0; k < 7; ++k) neighbours.push_back(Eigen::VectorXf::Random(kCnnDimension));
+  for (const auto& v : neighbours) inputs.push_back({v.data(), 1.0 / 8});
+  Eigen::VectorXf out(kCnnDimension);
+  for (auto _ : state) {
+    consensusd::consensus::fusedMix(self.data(), 1.0 / 8, inputs, out.data(), kCnnDimension);
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+
 void codecs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"codec", "kernels"});
   for (const Compression codec : {Compression::Bf16, Compression::Fp16, Compression::Int8})
@@ -168,6 +218,8 @@ void codecs(benchmark::internal::Benchmark* b) {
 BENCHMARK(engineRound)->ArgName("policy")->DenseRange(0, 4);
 BENCHMARK(dynamicDecision)->ArgName("degree")->Arg(4)->Arg(8)->Arg(16)->Arg(32);
 BENCHMARK(softmaxGradient);
+BENCHMARK(demoRound);
+BENCHMARK(demoMix);
 BENCHMARK(codecEncode)->Apply(codecs);
 BENCHMARK(codecApply)->Apply(codecs);
 

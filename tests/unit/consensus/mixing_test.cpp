@@ -110,8 +110,51 @@ TEST_CASE("the fused mix computes the weighted sum in one pass") {
   }
   CHECK(distanceSq == doctest::Approx(expectedSq).epsilon(1e-5));
 
+  // Each input's distance from self, in the same pass: as squaredDistance
+  // measures it, and the mix unchanged.
+  std::vector<double> inputDistancesSq(terms.size(), -1.0);
+  MixExtras<float> measuring;
+  measuring.inputDistancesSq = inputDistancesSq.data();
+  std::vector<float> measured(n);
+  fusedMix(self.data(), 0.4, terms, measured.data(), n, measuring);
+  CHECK(measured == out);
+  for (std::size_t k = 0; k < terms.size(); ++k) {
+    CAPTURE(k);
+    CHECK(inputDistancesSq[k] ==
+          doctest::Approx(squaredDistance(inputs[k].data(), self.data(), n)).epsilon(1e-6));
+  }
+
   fusedMix(self.data(), 0.4, terms, self.data(), n);  // in place
   CHECK(self[0] == out[0]);
+}
+
+TEST_CASE("the round's sums for the dynamic rule come out of one pass as separate ones would") {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal;
+  const std::size_t n = 5000;  // more than two blocks
+  const auto random = [&] {
+    Eigen::VectorXf v(static_cast<Eigen::Index>(n));
+    for (float& value : v) value = normal(rng);
+    return v;
+  };
+  const Eigen::VectorXf g = random(), x = random(), delta = random(), mixed = random(),
+                        previousX = random(), previousG = random();
+  const RoundSums all = roundSums(g.data(), x.data(), delta.data(), mixed.data(), previousX.data(),
+                                  previousG.data(), n);
+  const auto near = [](double expected) { return doctest::Approx(expected).epsilon(1e-5); };
+  CHECK(all.gradientSq == near(g.cast<double>().squaredNorm()));
+  CHECK(all.alongDelta == near(g.cast<double>().dot(delta.cast<double>())));
+  CHECK(all.pull == near((mixed - x).cast<double>().dot(g.cast<double>())));
+  CHECK(all.curvature == near((g - previousG).cast<double>().dot((x - previousX).cast<double>())));
+  CHECK(all.stepSq == near((x - previousX).cast<double>().squaredNorm()));
+  // A term whose vectors are not given stays 0; the others are unchanged.
+  const RoundSums some =
+      roundSums<float>(g.data(), x.data(), nullptr, nullptr, previousX.data(), nullptr, n);
+  CHECK(some.gradientSq == all.gradientSq);
+  CHECK(some.alongDelta == 0);
+  CHECK(some.pull == 0);
+  CHECK(some.curvature == 0);
+  CHECK(some.stepSq == 0);
 }
 
 TEST_CASE("trimmed mean: per coordinate, the extremes dropped and the rest averaged") {

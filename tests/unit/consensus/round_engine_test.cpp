@@ -405,6 +405,35 @@ TEST_CASE("plausible rounds: the horizon grows with the hops from us to the send
                                                         {7, 3 * options.maxLead + extra}});
 }
 
+TEST_CASE("the pull term's distance: each neighbour's newest estimate against the x it came to") {
+  // Measured in the mix's pass when mixed, else at the round's end or the
+  // next start, or on arrival when not kept: the same x either way.
+  EngineOptions options = withPolicy(PolicyKind::Dynamic);
+  options.mixRound = MixRound::Same;
+  Hub hub(options);
+  const auto distances = [&](Time now) {
+    std::vector<double> out;
+    for (const NeighborView& view : *hub.engine.policyContext(now).neighbors)
+      out.push_back(view.distanceSq);
+    return out;
+  };
+  REQUIRE(hub.engine.tryStart(ms(0)));  // x_0 = 0
+  for (const std::size_t node : {1u, 2u, 3u, 4u})
+    hub.send(node, 0, static_cast<double>(node), ms(1));
+  hub.send(2, 1, 6.0, ms(1));  // ahead: kept, not mixed this round
+  hub.gradient(ms(1));
+  REQUIRE(hub.engine.tryFinish(ms(1)));
+  CHECK(hub.engine.params()[0] == doctest::Approx(2.0));  // (0 + 1 + 2 + 3 + 4) / 5
+  // Three coordinates: n1, n3, n4 as mixed, n2 its round 1, all against x_0.
+  CHECK(distances(ms(1)) == std::vector<double>{3.0, 108.0, 27.0, 48.0});
+  hub.send(3, 1, 6.0, ms(2));  // between the rounds: against x_1 = 2 at the start
+  REQUIRE(hub.engine.tryStart(ms(2)));
+  CHECK(distances(ms(2)) == std::vector<double>{3.0, 108.0, 48.0, 48.0});
+  CHECK(hub.engine.onEstimate(4, 0, Eigen::VectorXd::Constant(3, 10.0).eval().data(), ms(3)) ==
+        Receipt::Stale);  // not kept: measured on arrival, against x_1
+  CHECK(distances(ms(3)) == std::vector<double>{3.0, 108.0, 48.0, 192.0});
+}
+
 TEST_CASE("a delta with its gradient: applied as given, its step size is the trainer's") {
   EngineOptions options = withPolicy(PolicyKind::Static);
   options.policy.backups = 4;  // mix with nobody: x_{k+1} = x_k + d

@@ -28,9 +28,12 @@ void renormalizeWeights(std::vector<MixInput>& inputs, double selfWeight);
 double renormalizeScale(double selfWeight, double present);
 
 // What fusedMix can do in the same pass, block by block while the mix is in
-// cache: the squared distance ||self - mix||^2, then a step out += scale * step.
+// cache: each input's squared distance ||x_k - self||^2 (inputDistancesSq:
+// one per input), the squared distance ||self - mix||^2, then a step
+// out += scale * step.
 template <class Scalar>
 struct MixExtras {
+  double* inputDistancesSq = nullptr;
   double* distanceSq = nullptr;
   const Scalar* step = nullptr;
   Scalar stepScale = 0;
@@ -38,7 +41,7 @@ struct MixExtras {
 
 // out = selfWeight * self + sum_k w_k x_k in one cache-blocked pass (the
 // memory traffic of one read of each input and one write), `out` may alias
-// `self` (then without a distance).
+// `self` (then without distances).
 template <class Scalar>
 void fusedMix(const Scalar* self, double selfWeight, const std::vector<MixInput>& inputs,
               Scalar* out, std::size_t dimension, const MixExtras<Scalar>& extras = {});
@@ -47,6 +50,22 @@ void fusedMix(const Scalar* self, double selfWeight, const std::vector<MixInput>
 // it): the distance of a neighbour's estimate, measured as it arrives.
 template <class Scalar>
 double squaredDistance(const Scalar* a, const Scalar* b, std::size_t dimension);
+
+// What the dynamic rule reads of a finished round, in one pass (AVX2 where
+// the CPU has it) over the vectors given; a null one's sums stay 0. g: the
+// gradient at x; delta: a trainer's step (g.delta gives its eta); mixed:
+// the mix (the heterogeneity's pull (mixed - x).g); previousX and
+// previousG: the round before's (the curvature along the path).
+struct RoundSums {
+  double gradientSq = 0;  // ||g||^2
+  double alongDelta = 0;  // g.delta
+  double pull = 0;        // (mixed - x).g
+  double curvature = 0;   // (g - previousG).(x - previousX)
+  double stepSq = 0;      // ||x - previousX||^2
+};
+template <class Scalar>
+RoundSums roundSums(const Scalar* g, const Scalar* x, const Scalar* delta, const Scalar* mixed,
+                    const Scalar* previousX, const Scalar* previousG, std::size_t dimension);
 
 // Self-centred clipping: scales each weight by min(1, radius / ||x_k - self||),
 // so x_hat = self + sum_k w_k clip(x_k - self) and no neighbour moves us by

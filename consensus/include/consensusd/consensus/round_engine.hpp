@@ -234,7 +234,11 @@ class RoundEngine {
     Mailbox<Scalar> mailbox;
     Time lastHeard;
     std::int64_t newestRound = -1;
-    double distanceSq = -1;  // ||x_j - x_i||^2 on arrival of its newest estimate
+    double distanceSq = -1;  // ||x_j - x_i||^2 of the newest estimate that arrived
+    // The round of a stored estimate whose distance is still to be measured:
+    // in the mix's pass if it is mixed, else at the round's end or the next
+    // start, against the same x_i it arrived at.
+    std::optional<std::int64_t> distanceDue;
     NeighborCounters counters;
     std::map<std::int64_t, bool> decisions;  // symmetric mode: round -> used our estimate
     std::int64_t reach = 0;                  // horizon() - our round
@@ -295,9 +299,17 @@ class RoundEngine {
   Duration silenceLimit(const Slot& slot) const;
   // A live neighbour without a usable estimate is sending one this round can use.
   bool usableArriving(Time now) const;
-  // For the curvature (dynamic policy): x_k and g_k, or every stride-th
-  // value of them for a large model, so no model-sized copy is kept.
-  void keepCurvatureSample(const Vector& params, const Vector& gradient);
+  // The pull term's distances (dynamic policy) are measured.
+  bool measuresDistances() const;
+  // The values a slot's due distance is of (null: none due, or gone).
+  const Scalar* dueValues(const Slot& slot) const;
+  // Measures every due distance against x_i now.
+  void measureDueDistances();
+  // For the curvature (dynamic policy), once x_{k+1} is in params_: x_k
+  // (in mixed_) and g_k become the round before's, whole by rotating the
+  // buffers, or every stride-th value of them for a large model, so no
+  // model-sized copy is kept.
+  void keepCurvatureSample(Vector& gradient);
   std::optional<std::int64_t> skipTarget(Time now) const;
   RoundRecord finish(Time now, CutoffReason reason);
 
@@ -350,7 +362,7 @@ class RoundEngine {
   data::GradientStats stats_;
   // x_{k-1} and g_{k-1} at every sampleStride_-th coordinate (all of
   // them up to kCurvatureSample values).
-  Vector previousParams_;
+  std::shared_ptr<Vector> previousParams_;  // whole: rotates with params_ and mixed_
   Vector previousGradient_;
   Eigen::Index sampleStride_ = 1;
   double topologySelfWeight_;  // w_ii: what `renormalize` shares a missing weight with
