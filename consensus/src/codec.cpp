@@ -7,6 +7,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "cpu_features.hpp"
+
 namespace consensusd::consensus {
 namespace {
 
@@ -211,13 +213,8 @@ __attribute__((target("avx2"))) bool applyAvx2(Compression codec, const std::byt
 
 #endif
 
-bool haveAvx2([[maybe_unused]] Kernels kernels) {
-#if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return kernels == Kernels::Best && avx2;
-#else
-  return false;
-#endif
+bool haveAvx2(Kernels kernels) {
+  return kernels == Kernels::Best && cpuHasAvx2();
 }
 
 }  // namespace

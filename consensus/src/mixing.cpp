@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cpu_features.hpp"
+
 namespace consensusd::consensus {
 namespace {
 
@@ -176,8 +178,7 @@ void fusedMix(const Scalar* self, double selfWeight, const std::vector<MixInput>
   const auto weight = static_cast<Scalar>(selfWeight);
   if (extras.inputDistancesSq != nullptr) std::fill_n(extras.inputDistancesSq, inputs.size(), 0.0);
 #if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) {
+  if (cpuHasAvx2()) {
     mixBlocksAvx2(self, weight, values.data(), weights.data(), values.size(), out, dimension,
                   extras);
     return;
@@ -189,8 +190,7 @@ void fusedMix(const Scalar* self, double selfWeight, const std::vector<MixInput>
 template <class Scalar>
 double squaredDistance(const Scalar* a, const Scalar* b, std::size_t dimension) {
 #if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) return squaredDistanceAvx2(a, b, dimension);
+  if (cpuHasAvx2()) return squaredDistanceAvx2(a, b, dimension);
 #endif
   return squaredDistanceBlocks(a, b, dimension);
 }
@@ -199,8 +199,7 @@ template <class Scalar>
 RoundSums roundSums(const Scalar* g, const Scalar* x, const Scalar* delta, const Scalar* mixed,
                     const Scalar* previousX, const Scalar* previousG, std::size_t dimension) {
 #if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) return roundSumsAvx2(g, x, delta, mixed, previousX, previousG, dimension);
+  if (cpuHasAvx2()) return roundSumsAvx2(g, x, delta, mixed, previousX, previousG, dimension);
 #endif
   return roundSumsBlocks(g, x, delta, mixed, previousX, previousG, dimension);
 }

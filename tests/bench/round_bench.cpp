@@ -8,6 +8,7 @@
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
+#include <optional>
 #include <random>
 
 #include "consensusd/consensus/codec.hpp"
@@ -28,13 +29,18 @@ using consensusd::consensus::Time;
 constexpr std::size_t kInputs = 784;
 constexpr std::size_t kClasses = 10;
 
-// A random regular graph; the benchmarks run its node 0.
-consensusd::topology::Topology randomRegular(std::size_t nodes, std::size_t degree) {
+// A generated graph; the benchmarks run its node 0.
+consensusd::topology::Topology generated(const std::string& kind, std::size_t nodes,
+                                         std::optional<std::size_t> degree = std::nullopt) {
   consensusd::topology::GeneratorOptions graph;
-  graph.kind = "random-regular";
+  graph.kind = kind;
   graph.nodes = nodes;
-  graph.degree = degree;
+  if (degree) graph.degree = *degree;
   return consensusd::topology::Topology::fromSpec(consensusd::topology::generate(graph), "<bench>");
+}
+
+consensusd::topology::Topology randomRegular(std::size_t nodes, std::size_t degree) {
+  return generated("random-regular", nodes, degree);
 }
 
 consensusd::data::ModelOptions softmax() {
@@ -165,11 +171,7 @@ void codecApply(benchmark::State& state) {
 // keeps a received message); beside it the mix of the 7 alone, the one pass
 // over them a round cannot do without.
 void demoRound(benchmark::State& state) {
-  consensusd::topology::GeneratorOptions graph;
-  graph.kind = "complete";
-  graph.nodes = 8;
-  const auto topology =
-      consensusd::topology::Topology::fromSpec(consensusd::topology::generate(graph), "<bench>");
+  const auto topology = generated("complete", 8);
   EngineOptions options;
   options.policy.kind = PolicyKind::Dynamic;
   options.warmupRounds = 0;
