@@ -175,7 +175,7 @@ std::vector<Key> makeKeys() {
            "ZeroMQ address to bind, e.g. tcp://*:7000; \"\" = the topology endpoint. For "
            "containers and NAT, where the endpoint names a host the node cannot bind."),
       text("topology.file", CONSENSUSD_FIELD(topology.file), "path",
-           "Topology file (DESIGN.md §4), relative to this config's folder. Required."),
+           "Topology file (docs/design.md §4), relative to this config's folder. Required."),
       flag("topology.watch", CONSENSUSD_FIELD(topology.watch),
            "Apply the topology file whenever it changes on disk, as on SIGHUP (for a "
            "Kubernetes ConfigMap, which is updated in place)."),
@@ -249,7 +249,7 @@ std::vector<Key> makeKeys() {
               "Test-set evaluation period; 0 = never."),
 
       choice("consensus.policy", CONSENSUSD_FIELD(consensus.policy),
-             data::namesOf(consensus::kPolicyKinds), "Wait policy (DESIGN.md §3)."),
+             data::namesOf(consensus::kPolicyKinds), "Wait policy (docs/design.md §3)."),
       integer("consensus.backups", CONSENSUSD_FIELD(consensus.backups), 0, 1 << 20,
               "Backup neighbours b with policy: static (wait for degree - b)."),
       number("consensus.timeout_ms", CONSENSUSD_FIELD(consensus.timeoutMs), 0.01, kHuge,
@@ -266,7 +266,7 @@ std::vector<Key> makeKeys() {
       choice("consensus.mix", CONSENSUSD_FIELD(consensus.mix), data::namesOf(consensus::kMixModes),
              "A missing neighbour's weight is shared by self and the neighbours that "
              "answered (renormalize; uniform weights: their plain average), or goes to "
-             "self (absorb, DESIGN.md), or only mutually used edges count (symmetric)."),
+             "self (absorb), or only mutually used edges count (symmetric)."),
       choice("consensus.robust", CONSENSUSD_FIELD(consensus.robust),
              data::namesOf(consensus::kRobustModes),
              "Against a neighbour sending garbage: clip each neighbour's difference to "
@@ -321,7 +321,7 @@ std::vector<Key> makeKeys() {
 
       choice("straggler.kind", CONSENSUSD_FIELD(straggler.kind),
              data::namesOf(consensus::kStragglerKinds),
-             "Emulated extra compute delay per round (DESIGN.md §8)."),
+             "Emulated extra compute delay per round (docs/design.md §8)."),
       number("straggler.delay_ms", CONSENSUSD_FIELD(straggler.delayMs), 0, kHuge,
              "constant: the delay; shifted-exponential: the shift; pareto: the scale (minimum)."),
       number("straggler.mean_ms", CONSENSUSD_FIELD(straggler.meanMs), 0, kHuge,

@@ -1,4 +1,4 @@
-// consensusctl: the operator's and researcher's tool (DESIGN.md §7).
+// consensusctl: the operator's and researcher's tool (docs/design.md §7).
 
 #include "compose_command.hpp"
 #include "consensusd/daemon/command_line.hpp"

@@ -1,5 +1,5 @@
 #pragma once
-// `consensusctl simulate TOPOLOGY`: policy sweeps on the simulator (DESIGN.md §9).
+// `consensusctl simulate TOPOLOGY`: policy sweeps on the simulator (docs/design.md §9).
 
 #include <CLI/CLI.hpp>
 #include <functional>

@@ -1,6 +1,6 @@
 #pragma once
 // Gradients (and test evaluations) on their own thread, one job at a time,
-// so computing overlaps the wait for neighbours (DESIGN.md §2 step 2). The
+// so computing overlaps the wait for neighbours (docs/design.md §2 step 2). The
 // engine thread submits a job and polls readyFd() for the result.
 
 #include <sys/eventfd.h>

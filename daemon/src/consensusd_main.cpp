@@ -1,4 +1,4 @@
-// consensusd: one node of a decentralized training cluster (DESIGN.md §1-2).
+// consensusd: one node of a decentralized training cluster (docs/design.md §1-2).
 
 #include <malloc.h>
 #include <signal.h>

@@ -1,5 +1,5 @@
 #pragma once
-// The node's sockets (DESIGN.md §6, docs/protocol.md): one ROUTER that the
+// The node's sockets (docs/design.md §6, docs/protocol.md): one ROUTER that the
 // in-neighbours send to, one DEALER per out-neighbour with its send queue,
 // and the rules for sending again. An estimate larger than one chunk goes
 // out in chunks, between which control messages pass, and only when the

@@ -1,4 +1,4 @@
-// The two rates the round-efficiency reference is built from (DESIGN.md §12),
+// The two rates the round-efficiency reference is built from (docs/design.md §12),
 // measured on this machine in the same run as the daemons (scripts/bench-rounds):
 //   B_x: raw ZeroMQ TCP loopback throughput, DEALER -> ROUTER as in the daemon,
 //        zero-copy sends of one message size;

@@ -297,7 +297,7 @@ Topology Topology::fromSpec(TopologySpec spec, const std::string& sourceFile) {
   topology.out_.assign(n, {});
   topology.self_.assign(n, 0.0);
 
-  // Mixing weights w_ij for each in-neighbour j of i (DESIGN.md §4).
+  // Mixing weights w_ij for each in-neighbour j of i (docs/design.md §4).
   std::size_t maxInDegree = 0;
   for (const auto& in : backward) maxInDegree = std::max(maxInDegree, in.size());
   std::map<std::pair<std::size_t, std::size_t>, double> explicitWeight;

@@ -1,5 +1,5 @@
 #pragma once
-// A node's configuration (DESIGN.md §5), after validation. Plain values with
+// A node's configuration (docs/design.md §5), after validation. Plain values with
 // units in the names; later modules turn them into their own parameter types.
 // Every key, its default and its range: config/README.md (and schemaKeys()).
 

@@ -1,5 +1,5 @@
 #pragma once
-// What the wait policies learn from past rounds (DESIGN.md §3).
+// What the wait policies learn from past rounds (docs/design.md §3).
 //
 // ArrivalHistory keeps, over a sliding window of rounds, the local compute
 // time and each neighbour's arrival offset (time from round start until a
@@ -14,7 +14,7 @@
 // round together still count.
 //
 // GradientEstimator smooths ||grad F||^2, sigma^2 and the smoothness L over
-// about a window of rounds: one minibatch is mostly noise (DESIGN.md §3).
+// about a window of rounds: one minibatch is mostly noise (docs/design.md §3).
 
 #include <cstdint>
 #include <deque>

@@ -1,5 +1,5 @@
 #pragma once
-// The mix of DESIGN.md §2 step 4 over the neighbours that answered:
+// The mix of docs/design.md §2 step 4 over the neighbours that answered:
 // x_hat = (1 - sum_R w_ij) x_i + sum_R w_ij x_j ("absorb": a missing
 // neighbour's weight goes to self), or those weights renormalized (the
 // default). Always a convex combination when the topology's weights are

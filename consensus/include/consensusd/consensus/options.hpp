@@ -1,5 +1,5 @@
 #pragma once
-// Parameters of one node's round (DESIGN.md §2-3), in core units. Time is
+// Parameters of one node's round (docs/design.md §2-3), in core units. Time is
 // std::chrono::nanoseconds since the driver's epoch: the core never reads a
 // clock, the daemon passes steady_clock readings and the simulator its
 // virtual time.

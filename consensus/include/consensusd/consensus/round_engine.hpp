@@ -1,5 +1,5 @@
 #pragma once
-// One node's round (DESIGN.md §2) as a state machine driven from outside:
+// One node's round (docs/design.md §2) as a state machine driven from outside:
 // the daemon drives it on the real clock, the simulator on a virtual one.
 // No sockets, no files, no clock: every call carries `now`.
 //

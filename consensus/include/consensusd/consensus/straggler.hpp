@@ -1,5 +1,5 @@
 #pragma once
-// Emulated stragglers (DESIGN.md §8): the extra compute delay of each round,
+// Emulated stragglers (docs/design.md §8): the extra compute delay of each round,
 // drawn from a seeded model, optionally only between two rounds so regimes
 // can change mid-training. The daemon sleeps it; the simulator adds it to
 // virtual compute time.

@@ -1,5 +1,5 @@
 #pragma once
-// Wait policies (DESIGN.md §3) behind one interface: each round, how many
+// Wait policies (docs/design.md §3) behind one interface: each round, how many
 // fresh neighbours to wait for, and optionally a time after the round start
 // at which to stop waiting anyway. The engine applies the decision together
 // with m_min, suspects and the hard deadline.

@@ -1,5 +1,5 @@
 #pragma once
-// Durable checkpoints (DESIGN.md §11): one file per saved round,
+// Durable checkpoints (docs/design.md §11): one file per saved round,
 // `round-<R>.ckpt`, written atomically (temp file, fsync, rename, fsync the
 // folder) with a CRC over header, parameters and (with momentum) the
 // velocity; the newest `keep` files are kept. Loading takes the newest file

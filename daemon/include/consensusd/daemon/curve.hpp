@@ -1,5 +1,5 @@
 #pragma once
-// CurveZMQ on the peer links (DESIGN.md §6, security.curve): every link is
+// CurveZMQ on the peer links (docs/design.md §6, security.curve): every link is
 // encrypted, and this node's ROUTER admits only the public keys of its
 // in-neighbours. The ZAP handler (ZeroMQ RFC 27) runs on the engine thread:
 // its REP socket shares the engine's context and is polled with the others.

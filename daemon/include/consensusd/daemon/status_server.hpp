@@ -1,5 +1,5 @@
 #pragma once
-// The status socket (DESIGN.md §7): a Unix stream socket speaking
+// The status socket (docs/design.md §7): a Unix stream socket speaking
 // line-delimited JSON, served by Boost.Asio on its own thread. Reads come
 // from the StatusBoard's snapshot; mutating commands (set-policy, apply,
 // checkpoint, pause, resume, stop) are accepted only from the daemon's own

@@ -1,5 +1,5 @@
 #pragma once
-// The wire format (DESIGN.md §6, docs/protocol.md): every message is a fixed
+// The wire format (docs/design.md §6, docs/protocol.md): every message is a fixed
 // 64-byte little-endian header frame plus a payload frame. An estimate
 // larger than one chunk travels as several ESTIMATE messages, each with its
 // offset and its own checksum. decode() checks everything that can be

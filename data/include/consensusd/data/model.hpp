@@ -32,7 +32,7 @@ struct ModelOptions {
   double l2 = 0.0;                  // (l2 / 2) ||W||^2 on weights, not biases
 };
 
-// The per-round statistics the dynamic wait policy needs (DESIGN.md §3).
+// The per-round statistics the dynamic wait policy needs (docs/design.md §3).
 struct GradientStats {
   // ||g||^2 of the minibatch mean gradient, L2 term included.
   double gradNormSq = 0.0;

@@ -1,6 +1,6 @@
 #pragma once
 // Learning-rate schedules and the SGD step (heavy-ball momentum), shared by
-// the single-node trainer and the consensus round (DESIGN.md §2, step 5).
+// the single-node trainer and the consensus round (docs/design.md §2, step 5).
 
 #include <Eigen/Core>
 #include <cstdint>

@@ -1,9 +1,9 @@
 #pragma once
 // The communication graph: nodes with endpoints, directed arcs, and the mixing
-// weights each node gives its in-neighbours (DESIGN.md §4).
+// weights each node gives its in-neighbours (docs/design.md §4).
 //
 // A Topology is immutable and always valid: fromSpec() rejects everything
-// DESIGN.md §4 lists. Nodes are kept in natural id order (n2 before n10);
+// docs/design.md §4 lists. Nodes are kept in natural id order (n2 before n10);
 // a node's index is its position in that order, the same on every machine.
 
 #include <cstddef>

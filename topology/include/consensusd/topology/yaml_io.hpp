@@ -1,5 +1,5 @@
 #pragma once
-// Topology files (DESIGN.md §4): strict reading with file:line:col errors,
+// Topology files (docs/design.md §4): strict reading with file:line:col errors,
 // and writing in the canonical form (natural node order, sorted edges).
 
 #include <string>

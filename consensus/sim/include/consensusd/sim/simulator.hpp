@@ -1,5 +1,5 @@
 #pragma once
-// The consensus core's second driver (DESIGN.md §9): N RoundEngines on a
+// The consensus core's second driver (docs/design.md §9): N RoundEngines on a
 // virtual clock, discrete events, real gradients on real data. Compute takes
 // `compute` of virtual time plus each node's straggler delay; a message takes
 // latency + size / bandwidth. Nothing of the round is re-implemented here:
