@@ -14,27 +14,22 @@
 namespace consensusd::consensus {
 
 const char* cutoffName(CutoffReason reason) {
-  switch (reason) {
-    case CutoffReason::Count:
-      return "count";
-    case CutoffReason::Timeout:
-      return "timeout";
-    case CutoffReason::Deadline:
-      return "deadline";
-  }
-  return "count";
+  constexpr data::NameTable<CutoffReason, 3> kNames{{{CutoffReason::Count, "count"},
+                                                     {CutoffReason::Timeout, "timeout"},
+                                                     {CutoffReason::Deadline, "deadline"}}};
+  return data::nameOf(kNames, reason).data();
 }
 namespace {
 
 constexpr std::int64_t kMaxRound = std::numeric_limits<std::int64_t>::max();
-// The curvature's sample: every value of a model up to this size, every
-// stride-th of a larger one (the ratio of two sums over the same
-// coordinates: a model of 100M parameters keeps 8 MB, not 800).
 // A neighbour whose estimate is half here is suspect only after this many
 // peer timeouts of silence: its transfer stalled, it did not end (on a
 // congested link TCP backs off for seconds after a loss; two estimates
 // into one 100 Mbit/s link stalled past 3 s).
 constexpr int kStalledTransfer = 4;
+// The curvature's sample: every value of a model up to this size, every
+// stride-th of a larger one (the ratio of two sums over the same
+// coordinates: a model of 100M parameters keeps 8 MB, not 800).
 constexpr Eigen::Index kCurvatureSample = Eigen::Index{1} << 20;
 
 // a + b for b >= 0, saturating: a round from the wire may be anything.
@@ -62,7 +57,7 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
       arrivals_(topology.inNeighbors(self).size(), options.windowRounds, options.hardDeadline),
       gradients_(options.windowRounds, options.batchSize),
       sgd_(static_cast<std::size_t>(initial.size()), momentum),
-      joining_(firstRound == 0),
+      join_{firstRound == 0, false},
       round_(firstRound),
       params_(std::make_shared<Vector>(std::move(initial))),
       topologySelfWeight_(topology.selfWeight(self)) {
@@ -655,8 +650,39 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   record.live = liveCount(now);
   record.loss = loss_;
   record.gradient = stats_;
+  recordArrivals(record, now);
 
-  // What this round's waiting saw, for the estimators.
+  const MixPlan plan = planMix(now);
+  record.adopted = join_.joining && plan.newestMixed > plan.joinAbove;
+  Chosen chosen = chooseInputs(plan, record);
+  if (chosen.inputs.empty()) record.adopted = false;  // symmetric: none of them used ours
+  settleJoining(plan.joinAbove, record.adopted, !chosen.inputs.empty(), now);
+
+  // The gradient at x_k: the update itself, or a delta's probe; none for a
+  // delta alone (the dynamic rule then has no gradient statistics).
+  const bool isGradient = updateKind_ == UpdateKind::Gradient;
+  Vector* const g = isGradient ? &gradient_ : haveProbe_ ? &probe_ : nullptr;
+  record.learningRate = schedule_.at(round_);
+  // (A node that adopts its neighbours' x drops its gradient: it was taken at the x it leaves.)
+  record.gradientApplied = round_ >= plan.mixRound - options_.staleness && !record.adopted;
+  // The step goes into the mix's pass unless something must see the mix
+  // before it (the heterogeneity term) or it needs the momentum's velocity.
+  const bool heterogeneity = g != nullptr && options_.policy.kind == PolicyKind::Dynamic &&
+                             options_.policy.heterogeneityTerm;
+  const bool fuseStep = record.gradientApplied && !heterogeneity &&
+                        !(isGradient && sgd_.hasMomentum()) && !outer_ &&
+                        options_.robust != Robust::TrimmedMean;
+  mixInto(record, chosen, fuseStep);
+  learnFromRound(record, g, heterogeneity);
+  if (record.gradientApplied && !fuseStep) applyUpdate(record);
+  params_.swap(mixed_);
+  if (havePrevious_) keepCurvatureSample(*g);
+  advance(record, plan);
+  return record;
+}
+
+template <class Scalar>
+void RoundEngine<Scalar>::recordArrivals(const RoundRecord& record, Time now) {
   ArrivalHistory::Round observed;
   observed.round = round_;
   observed.start = roundStart_;
@@ -671,20 +697,23 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
                                    : now - roundStart_);
   }
   arrivals_.record(std::move(observed));
+}
 
+template <class Scalar>
+typename RoundEngine<Scalar>::MixPlan RoundEngine<Scalar>::planMix(Time now) {
+  MixPlan plan;
   // Round skipping: far behind the neighbours, mix with their newest and jump.
-  std::optional<std::int64_t> skip = options_.roundSkipping ? skipTarget(now) : std::nullopt;
+  plan.skip = options_.roundSkipping ? skipTarget(now) : std::nullopt;
   // A fresh node does not jump alone to neighbours it holds nothing of yet:
   // it would then send them its x_0 as their round's estimate.
-  if (skip && joining_ && std::none_of(slots_.begin(), slots_.end(), [&](const Slot& slot) {
-        return usable(slot, *skip) != nullptr;
-      }))
-    skip.reset();
-  const std::int64_t mixRound = skip.value_or(round_);
-  std::int64_t newestMixed = -1;
+  if (plan.skip && join_.joining &&
+      std::none_of(slots_.begin(), slots_.end(),
+                   [&](const Slot& slot) { return usable(slot, *plan.skip) != nullptr; }))
+    plan.skip.reset();
+  plan.mixRound = plan.skip.value_or(round_);
   for (const Slot& slot : slots_)
-    if (const auto* entry = usable(slot, mixRound))
-      newestMixed = std::max(newestMixed, entry->round);
+    if (const auto* entry = usable(slot, plan.mixRound))
+      plan.newestMixed = std::max(plan.newestMixed, entry->round);
   // A fresh node that holds estimates of neighbours far ahead joins a
   // running cluster: its x is theirs alone (its own x_0, or a fellow
   // joiner's, would pull them back toward the start until mixing washed it
@@ -694,28 +723,37 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   // claiming it), "far" counts from round 0: a joiner that ran rounds alone
   // until its neighbours came into reach may have caught up with their
   // round numbers, but holds nothing of their state.
-  if (joining_ && std::any_of(slots_.begin(), slots_.end(), [&](const Slot& slot) {
+  if (join_.joining && std::any_of(slots_.begin(), slots_.end(), [&](const Slot& slot) {
         return slot.aheadSince.has_value() || slot.newestRound > round_ + options_.skipAhead;
       }))
-    clusterAhead_ = true;
-  const std::int64_t joinAbove = (clusterAhead_ ? 0 : round_) + options_.skipAhead;
-  record.adopted = joining_ && newestMixed > joinAbove;
-  std::vector<MixInput> inputs;
-  std::vector<std::size_t> inputSlots;
+    join_.clusterAhead = true;
+  plan.joinAbove = (join_.clusterAhead ? 0 : round_) + options_.skipAhead;
+  return plan;
+}
+
+template <class Scalar>
+typename RoundEngine<Scalar>::Chosen RoundEngine<Scalar>::chooseInputs(const MixPlan& plan,
+                                                                       RoundRecord& record) {
+  Chosen chosen;
   for (std::size_t s = 0; s < slots_.size(); ++s) {
     Slot& slot = slots_[s];
-    const auto* entry = usable(slot, mixRound);
-    if (entry == nullptr || (record.adopted && entry->round <= joinAbove)) continue;
-    if (options_.mixMode == MixMode::Symmetric && !skip) {
+    const auto* entry = usable(slot, plan.mixRound);
+    if (entry == nullptr || (record.adopted && entry->round <= plan.joinAbove)) continue;
+    if (options_.mixMode == MixMode::Symmetric && !plan.skip) {
       const auto it = slot.decisions.find(round_);
       if (it == slot.decisions.end() || !it->second) continue;
     }
-    inputs.push_back({entry->values, slot.weight});
-    inputSlots.push_back(s);
+    chosen.inputs.push_back({entry->values, slot.weight});
+    chosen.slots.push_back(s);
     record.responders.push_back(slot.node);
     ++slot.counters.mixed;
   }
-  if (inputs.empty()) record.adopted = false;  // symmetric: none of them used ours
+  return chosen;
+}
+
+template <class Scalar>
+void RoundEngine<Scalar>::settleJoining(std::int64_t joinAbove, bool adopted, bool mixedAny,
+                                        Time now) {
   // A neighbour that may be the running cluster: known far ahead (believed
   // there, or claiming it and not believed yet), or not heard at all (its
   // connection may still be coming up). A fellow joiner's round can end
@@ -726,44 +764,36 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     return (slot.newestRound > joinAbove || claiming || unheard) &&
            slot.presence == Presence::Working;
   });
-  if (record.adopted || (!inputs.empty() && !aheadUnheld)) joining_ = false;
+  if (adopted || (mixedAny && !aheadUnheld)) join_.joining = false;
+}
+
+template <class Scalar>
+void RoundEngine<Scalar>::mixInto(RoundRecord& record, Chosen& chosen, bool fuseStep) {
+  std::vector<MixInput>& inputs = chosen.inputs;
   const Vector& params = *params_;
   Vector& mixed = writable(mixed_);
   const auto dimension = static_cast<std::size_t>(params.size());
-  // The gradient at x_k: the update itself, or a delta's probe; none for a
-  // delta alone (the dynamic rule then has no gradient statistics).
-  const bool isGradient = updateKind_ == UpdateKind::Gradient;
-  Vector* const g = isGradient ? &gradient_ : haveProbe_ ? &probe_ : nullptr;
-  record.learningRate = schedule_.at(round_);
-  // (A node that adopts its neighbours' x drops its gradient: it was taken at the x it leaves.)
-  record.gradientApplied = round_ >= mixRound - options_.staleness && !record.adopted;
-  // The step goes into the mix's pass unless something must see the mix
-  // before it (the heterogeneity term) or it needs the momentum's velocity.
-  const bool heterogeneity = g != nullptr && options_.policy.kind == PolicyKind::Dynamic &&
-                             options_.policy.heterogeneityTerm;
-  bool stepped = false;
   // The mixed neighbours' distances, measured in the mix's pass when the policy reads them.
   std::vector<double> inputDistancesSq;
-  const auto measureInMix = [&](MixExtras<Scalar>& extras) {
-    if (!measuresDistances()) return;
+  double distanceSq = 0;
+  MixExtras<Scalar> extras;
+  extras.distanceSq = &distanceSq;
+  if (measuresDistances()) {
     inputDistancesSq.resize(inputs.size());
     extras.inputDistancesSq = inputDistancesSq.data();
-  };
+  }
   if (record.adopted) {
     double total = 0;
     for (const MixInput& input : inputs) total += input.weight;
     for (MixInput& input : inputs) input.weight /= total;
     record.selfWeight = 0;
-    double distanceSq = 0;
-    MixExtras<Scalar> extras;
-    measureInMix(extras);
-    extras.distanceSq = &distanceSq;
     fusedMix(params.data(), 0.0, inputs, mixed.data(), dimension, extras);
     record.consensusDistance = std::sqrt(distanceSq);
   } else if (options_.robust == Robust::TrimmedMean) {
     record.selfWeight = 1.0 / static_cast<double>(inputs.size() + 1);  // nominal: unweighted
     trimmedMean(params.data(), inputs, options_.trim, mixed.data(), dimension);
     record.consensusDistance = static_cast<double>((params - mixed).norm());
+    inputDistancesSq.clear();  // not measured in this pass
   } else {
     if (options_.mixMode == MixMode::Renormalize) renormalizeWeights(inputs, topologySelfWeight_);
     if (options_.robust == Robust::Clip)
@@ -779,40 +809,42 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
       selfWeight = 1.0;
       record.selfWeight = 1.0 - pulled;
     }
-    double distanceSq = 0;
-    MixExtras<Scalar> extras;
-    measureInMix(extras);
-    extras.distanceSq = &distanceSq;
-    stepped =
-        record.gradientApplied && !heterogeneity && !(isGradient && sgd_.hasMomentum()) && !outer_;
-    if (stepped) {  // x - eta g and x + (-eta) g are the same floats
+    if (fuseStep) {  // x - eta g and x + (-eta) g are the same floats
       extras.step = gradient_.data();
-      extras.stepScale = isGradient ? -static_cast<Scalar>(record.learningRate) : Scalar(1);
+      extras.stepScale = updateKind_ == UpdateKind::Gradient
+                             ? -static_cast<Scalar>(record.learningRate)
+                             : Scalar(1);
     }
     fusedMix(params.data(), selfWeight, inputs, mixed.data(), dimension, extras);
     record.consensusDistance = std::sqrt(distanceSq);
   }
-  for (std::size_t k = 0; k < std::min(inputDistancesSq.size(), inputSlots.size()); ++k) {
-    Slot& slot = slots_[inputSlots[k]];
+  for (std::size_t k = 0; k < std::min(inputDistancesSq.size(), chosen.slots.size()); ++k) {
+    Slot& slot = slots_[chosen.slots[k]];
     if (dueValues(slot) == inputs[k].values) {
       slot.distanceSq = inputDistancesSq[k];
       slot.distanceDue.reset();
     }
   }
   measureDueDistances();  // the rest of this round's arrivals, against the same x_k
+}
 
+template <class Scalar>
+void RoundEngine<Scalar>::learnFromRound(RoundRecord& record, const Vector* g, bool heterogeneity) {
   // What the delta's eta and the dynamic policy read of the round, in one
   // pass: the delta along g; the pull against g, for the heterogeneity;
   // the curvature along the path for L (on a large model's sample, apart).
+  const Vector& params = *params_;
+  const bool isGradient = updateKind_ == UpdateKind::Gradient;
   const bool dynamic = options_.policy.kind == PolicyKind::Dynamic;
   const bool curvature = havePrevious_ && g != nullptr && dynamic;
   const bool curvatureWhole = curvature && sampleStride_ == 1;
   RoundSums sums;
   if (g != nullptr && (dynamic || !isGradient)) {
     sums = roundSums(g->data(), params.data(), isGradient ? nullptr : gradient_.data(),
-                     heterogeneity ? mixed.data() : nullptr,
+                     heterogeneity ? mixed_->data() : nullptr,
                      curvatureWhole ? previousParams_->data() : nullptr,
-                     curvatureWhole ? previousGradient_.data() : nullptr, dimension);
+                     curvatureWhole ? previousGradient_.data() : nullptr,
+                     static_cast<std::size_t>(params.size()));
   }
   if (!isGradient && g != nullptr) {
     // The trainer's step along -g: what eta an SGD step of the same
@@ -845,21 +877,28 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   gradients_.record(stats_.gradNormSq, stats_.sampleVariance);
   previousEta_ = record.learningRate;
   previousVariance_ = stats_.sampleVariance;
-  if (record.gradientApplied && !stepped) {
-    if (outer_) {  // a gradient's update is -eta g
-      outer_->step(mixed, gradient_,
-                   isGradient ? -static_cast<Scalar>(record.learningRate) : Scalar(1));
-    } else if (isGradient) {
-      sgd_.step(mixed, gradient_, record.learningRate);
-    } else {
-      mixed += gradient_;
-    }
-  }
-  params_.swap(mixed_);
-  if (havePrevious_) keepCurvatureSample(*g);
+}
 
+template <class Scalar>
+void RoundEngine<Scalar>::applyUpdate(const RoundRecord& record) {
+  Vector& mixed = *mixed_;
+  const bool isGradient = updateKind_ == UpdateKind::Gradient;
+  if (outer_) {  // a gradient's update is -eta g
+    outer_->step(mixed, gradient_,
+                 isGradient ? -static_cast<Scalar>(record.learningRate) : Scalar(1));
+  } else if (isGradient) {
+    sgd_.step(mixed, gradient_, record.learningRate);
+  } else {
+    mixed += gradient_;
+  }
+}
+
+template <class Scalar>
+void RoundEngine<Scalar>::advance(RoundRecord& record, const MixPlan& plan) {
   // A node that adopted the cluster's state goes on at its round.
-  const std::int64_t target = skip ? mixRound : record.adopted ? newestMixed : round_ + 1;
+  const std::int64_t target = plan.skip        ? plan.mixRound
+                              : record.adopted ? plan.newestMixed
+                                               : round_ + 1;
   record.skipped = target > round_ + 1;
   record.nextRound = std::max(target, round_ + 1);
   round_ = record.nextRound;
@@ -868,7 +907,6 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
     slot.mailbox.discardBefore(oldestUseful());
     slot.decisions.erase(slot.decisions.begin(), slot.decisions.lower_bound(round_));
   }
-  return record;
 }
 
 template <class Scalar>

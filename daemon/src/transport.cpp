@@ -53,29 +53,21 @@ std::map<std::string, std::uint64_t> named(const std::array<std::uint64_t, N>& c
 }  // namespace
 
 const char* toString(SendEvent event) {
-  switch (event) {
-    case SendEvent::Superseded:
-      return "superseded";
-    case SendEvent::Deferred:
-      return "deferred";
-    case SendEvent::Dropped:
-      return "dropped";
-  }
-  return "?";
+  return data::nameOf(kSendEvents, event).data();
 }
 
 const char* toString(Discard discard) {
-  return discard == Discard::Stale ? "stale" : "duplicate";
+  return data::nameOf(kDiscards, discard).data();
 }
 
 std::map<std::string, std::uint64_t> TrafficCounters::rejects() const {
   return named<wire::kRejectReasons, wire::Reject>(rejected, &wire::toString);
 }
 std::map<std::string, std::uint64_t> TrafficCounters::discards() const {
-  return named<2, Discard>(discarded, &daemon::toString);
+  return named<kDiscards.size(), Discard>(discarded, &daemon::toString);
 }
 std::map<std::string, std::uint64_t> TrafficCounters::sendEvents() const {
-  return named<3, SendEvent>(sends, &daemon::toString);
+  return named<kSendEvents.size(), SendEvent>(sends, &daemon::toString);
 }
 
 Transport::Transport(const topology::Topology& topology, std::size_t self, TransportOptions options)

@@ -54,13 +54,21 @@ enum class SendEvent : std::uint8_t {
   Dropped,     // a control message the queue bound let go
 };
 enum class Discard : std::uint8_t { Stale, Duplicate };
+// Their names in status and metrics, in the enums' order (counters are indexed by them).
+inline constexpr data::NameTable<SendEvent, 3> kSendEvents{{{SendEvent::Superseded, "superseded"},
+                                                            {SendEvent::Deferred, "deferred"},
+                                                            {SendEvent::Dropped, "dropped"}}};
+inline constexpr data::NameTable<Discard, 2> kDiscards{
+    {{Discard::Stale, "stale"}, {Discard::Duplicate, "duplicate"}}};
+static_assert(static_cast<std::size_t>(SendEvent::Dropped) + 1 == kSendEvents.size());
+static_assert(static_cast<std::size_t>(Discard::Duplicate) + 1 == kDiscards.size());
 
 // What the transport counted, indexed by enum; names as in status and metrics.
 struct TrafficCounters {
   std::uint64_t accepted = 0;  // messages that passed validation and the round check
   std::array<std::uint64_t, wire::kRejectReasons> rejected{};
-  std::array<std::uint64_t, 2> discarded{};
-  std::array<std::uint64_t, 3> sends{};
+  std::array<std::uint64_t, kDiscards.size()> discarded{};
+  std::array<std::uint64_t, kSendEvents.size()> sends{};
   std::uint64_t connectionsClosed = 0;  // by peers or by ZeroMQ (oversized frames)
   std::uint64_t removedBy = 0;          // neighbours' BYEs saying they removed us from their graph
   std::map<std::size_t, std::uint64_t> rejectedFrom;  // per in-neighbour (topology index)

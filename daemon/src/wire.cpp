@@ -433,51 +433,7 @@ std::optional<Reject> validate(const Header& header, std::span<const std::byte> 
 }
 
 const char* toString(Reject reason) {
-  switch (reason) {
-    case Reject::Frames:
-      return "frames";
-    case Reject::Size:
-      return "header_size";
-    case Reject::Magic:
-      return "magic";
-    case Reject::Version:
-      return "version";
-    case Reject::Kind:
-      return "kind";
-    case Reject::Sender:
-      return "sender";
-    case Reject::NotNeighbor:
-      return "not_neighbor";
-    case Reject::Topology:
-      return "topology";
-    case Reject::Dtype:
-      return "dtype";
-    case Reject::Dimension:
-      return "dimension";
-    case Reject::Length:
-      return "length";
-    case Reject::Checksum:
-      return "checksum";
-    case Reject::NonFinite:
-      return "non_finite";
-    case Reject::Handshake:
-      return "handshake";
-    case Reject::Auth:
-      return "auth";
-    case Reject::ChunkOrder:
-      return "chunk_order";
-    case Reject::Truncated:
-      return "truncated";
-    case Reject::Overrun:
-      return "overrun";
-    case Reject::Gap:
-      return "gap";
-    case Reject::Frame:
-      return "frame";
-    case Reject::Round:
-      return "implausible_round";
-  }
-  return "?";
+  return data::nameOf(kRejectNames, reason).data();
 }
 
 }  // namespace consensusd::wire

@@ -25,6 +25,7 @@
 
 #include "consensusd/consensus/estimators.hpp"
 #include "consensusd/consensus/mailbox.hpp"
+#include "consensusd/consensus/mixing.hpp"
 #include "consensusd/consensus/options.hpp"
 #include "consensusd/consensus/wait_policy.hpp"
 #include "consensusd/data/model.hpp"
@@ -196,7 +197,7 @@ class RoundEngine {
   std::int64_t round() const { return round_; }
   // Started fresh and not yet joined (or found the cluster starting with it):
   // its first mix of estimates far ahead will take their state.
-  bool joining() const { return joining_; }
+  bool joining() const { return join_.joining; }
   const Vector& params() const { return *params_; }
   // x_k for a reader that outlives the round (a checkpoint being written):
   // the engine writes a fresh buffer while it is held.
@@ -311,7 +312,37 @@ class RoundEngine {
   // model-sized copy is kept.
   void keepCurvatureSample(Vector& gradient);
   std::optional<std::int64_t> skipTarget(Time now) const;
+
+  // The round's end (finish), one step each, in this order.
   RoundRecord finish(Time now, CutoffReason reason);
+  // Where the round mixes: its own round, a skip's target, or a join's.
+  struct MixPlan {
+    std::optional<std::int64_t> skip;  // round skipping's target
+    std::int64_t mixRound = 0;         // the round whose estimates count
+    std::int64_t newestMixed = -1;     // the newest round among them
+    std::int64_t joinAbove = 0;        // a joiner adopts only estimates past this round
+  };
+  // The estimates mixed, and their slots.
+  struct Chosen {
+    std::vector<MixInput> inputs;
+    std::vector<std::size_t> slots;
+  };
+  // What this round's waiting saw, for the estimators.
+  void recordArrivals(const RoundRecord& record, Time now);
+  MixPlan planMix(Time now);
+  Chosen chooseInputs(const MixPlan& plan, RoundRecord& record);
+  // Joining ends once the node adopted the cluster's state, or mixed while no
+  // neighbour that may be the running cluster is left.
+  void settleJoining(std::int64_t joinAbove, bool adopted, bool mixedAny, Time now);
+  // x_hat into mixed_, with the step in the same pass when `fuseStep`; the
+  // consensus distance and the mixed neighbours' distances measured there.
+  void mixInto(RoundRecord& record, Chosen& chosen, bool fuseStep);
+  // The delta's eta and what the dynamic rule learns of the round.
+  void learnFromRound(RoundRecord& record, const Vector* g, bool heterogeneity);
+  // The update onto x_hat when the mix did not take it: outer step, SGD or delta.
+  void applyUpdate(const RoundRecord& record);
+  // On to the next round (or a skip's, or the adopted cluster's).
+  void advance(RoundRecord& record, const MixPlan& plan);
 
   const topology::Topology* topology_;  // the caller's; setTopology replaces it
   std::size_t self_;
@@ -331,8 +362,10 @@ class RoundEngine {
   // holding estimates of neighbours far ahead adopts those (a running cluster
   // joined). Ends there, or at a mix while no live neighbour is far ahead
   // (the cluster started with it).
-  bool joining_ = false;
-  bool clusterAhead_ = false;  // while joining, a neighbour was seen far ahead
+  struct JoinState {
+    bool joining = false;
+    bool clusterAhead = false;  // while joining, a neighbour was seen far ahead
+  } join_;
   std::int64_t round_;
   Time roundStart_{};
   std::optional<Time> blockedSince_;  // first refusal by the lead bound

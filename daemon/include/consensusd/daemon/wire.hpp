@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "consensusd/consensus/codec.hpp"
+#include "consensusd/data/names.hpp"
 
 namespace consensusd::wire {
 
@@ -115,8 +116,32 @@ enum class Reject {
   Frame,  // it does not decode onto the copy (a scale or value not finite, an overflow)
   Round,  // negative, or one the sender cannot honestly have reached (docs/protocol.md)
 };
-// How many reasons there are (Round stays last): counters are indexed by them.
-inline constexpr std::size_t kRejectReasons = static_cast<std::size_t>(Reject::Round) + 1;
+// Their names, in the enum's order: counters are indexed by them.
+inline constexpr data::NameTable<Reject, 21> kRejectNames{{
+    {Reject::Frames, "frames"},
+    {Reject::Size, "header_size"},
+    {Reject::Magic, "magic"},
+    {Reject::Version, "version"},
+    {Reject::Kind, "kind"},
+    {Reject::Sender, "sender"},
+    {Reject::NotNeighbor, "not_neighbor"},
+    {Reject::Topology, "topology"},
+    {Reject::Dtype, "dtype"},
+    {Reject::Dimension, "dimension"},
+    {Reject::Length, "length"},
+    {Reject::Checksum, "checksum"},
+    {Reject::NonFinite, "non_finite"},
+    {Reject::Handshake, "handshake"},
+    {Reject::Auth, "auth"},
+    {Reject::ChunkOrder, "chunk_order"},
+    {Reject::Truncated, "truncated"},
+    {Reject::Overrun, "overrun"},
+    {Reject::Gap, "gap"},
+    {Reject::Frame, "frame"},
+    {Reject::Round, "implausible_round"},
+}};
+inline constexpr std::size_t kRejectReasons = kRejectNames.size();
+static_assert(static_cast<std::size_t>(Reject::Round) + 1 == kRejectReasons);
 const char* toString(Reject reason);
 
 struct Expectation {
