@@ -61,7 +61,8 @@ def main():
     if args.rank == 0:
         training.check_blas()
     text = corpus.training(args.rank, args.world)
-    validation = training.Validation(model.block, args.eval_windows) if args.rank == 0 else None
+    validation = (training.Validation(model.block, args.eval_windows, args.final_windows)
+                  if args.rank == 0 else None)
     rng = np.random.default_rng(1000 + args.rank)
     straggler = training.Straggler(args, args.rank)
     size = lm.parameters(model)

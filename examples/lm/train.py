@@ -51,7 +51,7 @@ def main():
     model = training.setup(args)
     training.check_blas()
     text = corpus.training(0, 1) if args.single else corpus.training(args.node, args.nodes)
-    validation = training.Validation(model.block, args.eval_windows)
+    validation = training.Validation(model.block, args.eval_windows, args.final_windows)
     rng = np.random.default_rng(1000 + args.node)
     adamw = training.adamw(model.parameters(), args)
     print(f"{lm.parameters(model):,} parameters ({args.size}), {len(text):,} training bytes",

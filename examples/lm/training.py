@@ -32,7 +32,9 @@ def add_arguments(parser, steps=1600, lr=3e-3):
     parser.add_argument("--eval-every", type=int, default=100,
                         help="steps between validation measurements (0: only the last)")
     parser.add_argument("--eval-windows", type=int, default=256,
-                        help="validation windows measured between (the last measures all)")
+                        help="validation windows measured between")
+    parser.add_argument("--final-windows", type=int, default=0,
+                        help="validation windows measured at the end (0: all of them)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
 
 
@@ -64,16 +66,18 @@ def clip(model):
 
 class Validation:
     """Mean cross-entropy (nats per byte) on the held-out text, in windows of
-    the model's block that tile it: every k-th window between (`windows` of
-    them, the same on every side), all of them (196 kB) when `whole`."""
+    the model's block that tile it: every k-th window (`windows` of them, the
+    same on every side) between, `final` of them (0: all, 196 kB) when `whole`."""
 
-    def __init__(self, block, windows):
+    def __init__(self, block, windows, final=0):
         text = corpus.validation()
         count = (len(text) - 1) // block
         tiles = np.arange(count) * block
-        self._all = self._tensors(text, tiles, block)
-        every = max(1, count // windows)
-        self._some = self._tensors(text, tiles[::every][:windows], block)
+
+        def spread(n):
+            return tiles if n <= 0 or n >= count else tiles[::count // n][:n]
+        self._all = self._tensors(text, spread(final), block)
+        self._some = self._tensors(text, spread(windows), block)
 
     @staticmethod
     def _tensors(text, starts, block):

@@ -515,3 +515,69 @@ TEST_CASE("external trainers: a trainer killed mid-run leaves its node up, a new
   REQUIRE_FALSE(lines.empty());
   CHECK(lines.front()["round"] == stuck);  // resumed at the node's round, its x
 }
+
+// The language-model example (examples/lm/train.py) through two daemons
+// with what the comparisons use: 4 AdamW steps a round, int8 estimates,
+// DiLoCo's outer Nesterov step, dynamic backup neighbours.
+TEST_CASE("external trainers: the language model's validation loss falls and the nodes agree") {
+  Cluster cluster(2, {"model.kind=external", "model.dimension=auto", "train.rounds=12",
+                      "consensus.policy=dynamic", "consensus.compression=int8",
+                      "train.outer=nesterov", "consensus.peer_timeout_ms=5000"});
+  cluster.startAll();
+  std::vector<std::unique_ptr<Child>> trainers;
+  const std::string script = std::string(CONSENSUSD_SOURCE_DIR) + "/examples/lm/train.py";
+  for (std::size_t i = 0; i < 2; ++i) {
+    // model.dimension auto: the daemon waits for its trainer before anything else.
+    REQUIRE(waitFor(
+        [&] { return cluster.log(i).find("waiting for a trainer at") != std::string::npos; }, 30s));
+    trainers.push_back(std::make_unique<Child>(
+        std::vector<std::string>{"/usr/bin/env",
+                                 "PYTHONPATH=" + std::string(CONSENSUSD_SOURCE_DIR) + "/python",
+                                 "OPENBLAS_NUM_THREADS=1",
+                                 "/usr/bin/python3",
+                                 script,
+                                 "--socket",
+                                 trainerSocket(cluster, i),
+                                 "--node",
+                                 std::to_string(i),
+                                 "--nodes",
+                                 "2",
+                                 "--size",
+                                 "tiny",
+                                 "--steps",
+                                 "48",
+                                 "--local-steps",
+                                 "4",
+                                 "--eval-every",
+                                 "8",
+                                 "--eval-windows",
+                                 "64",
+                                 "--warmup",
+                                 "8"},
+        cluster.path("lm" + std::to_string(i))));
+  }
+  // "step S  loss L  val loss V  bpb B  T s": node 0 measures every 8 steps,
+  // both nodes their final parameters on all the validation text.
+  const auto validationLosses = [&](std::size_t i) {
+    std::ifstream in(cluster.path("lm" + std::to_string(i)));
+    std::vector<double> losses;
+    for (std::string line; std::getline(in, line);) {
+      const auto at = line.find("val loss ");
+      if (line.rfind("step ", 0) == 0 && at != std::string::npos)
+        losses.push_back(std::stod(line.substr(at + 9)));
+    }
+    return losses;
+  };
+  std::vector<double> finals;
+  for (std::size_t i = 0; i < 2; ++i) {
+    REQUIRE(cluster.child(i).wait(300s) == std::optional<int>(0));
+    REQUIRE(trainers[i]->wait(60s) == std::optional<int>(0));
+    const std::vector<double> losses = validationLosses(i);
+    CAPTURE(readText(cluster.path("lm" + std::to_string(i))));
+    REQUIRE(losses.size() == (i == 0 ? 6u : 1u));  // steps 8, 16, ..., 40, and the end
+    finals.push_back(losses.back());
+    // At x_0 every byte is about equally likely: ln 256 = 5.55 nats.
+    CHECK(losses.back() < 0.8 * std::log(256.0));
+  }
+  CHECK(std::abs(finals[0] - finals[1]) < 0.02 * finals[0]);  // one model, near enough
+}
