@@ -773,27 +773,29 @@ void RoundEngine<Scalar>::mixInto(RoundRecord& record, Chosen& chosen, bool fuse
   const Vector& params = *params_;
   Vector& mixed = writable(mixed_);
   const auto dimension = static_cast<std::size_t>(params.size());
-  // The mixed neighbours' distances, measured in the mix's pass when the policy reads them.
+  // The mixed neighbours' distances, measured in the mix's pass when the
+  // policy reads them (one for every input, the public copy's too).
   std::vector<double> inputDistancesSq;
   double distanceSq = 0;
   MixExtras<Scalar> extras;
   extras.distanceSq = &distanceSq;
-  if (measuresDistances()) {
+  const auto measureInMix = [&] {
+    if (!measuresDistances()) return;
     inputDistancesSq.resize(inputs.size());
     extras.inputDistancesSq = inputDistancesSq.data();
-  }
+  };
   if (record.adopted) {
     double total = 0;
     for (const MixInput& input : inputs) total += input.weight;
     for (MixInput& input : inputs) input.weight /= total;
     record.selfWeight = 0;
+    measureInMix();
     fusedMix(params.data(), 0.0, inputs, mixed.data(), dimension, extras);
     record.consensusDistance = std::sqrt(distanceSq);
   } else if (options_.robust == Robust::TrimmedMean) {
     record.selfWeight = 1.0 / static_cast<double>(inputs.size() + 1);  // nominal: unweighted
     trimmedMean(params.data(), inputs, options_.trim, mixed.data(), dimension);
     record.consensusDistance = static_cast<double>((params - mixed).norm());
-    inputDistancesSq.clear();  // not measured in this pass
   } else {
     if (options_.mixMode == MixMode::Renormalize) renormalizeWeights(inputs, topologySelfWeight_);
     if (options_.robust == Robust::Clip)
@@ -809,6 +811,7 @@ void RoundEngine<Scalar>::mixInto(RoundRecord& record, Chosen& chosen, bool fuse
       selfWeight = 1.0;
       record.selfWeight = 1.0 - pulled;
     }
+    measureInMix();
     if (fuseStep) {  // x - eta g and x + (-eta) g are the same floats
       extras.step = gradient_.data();
       extras.stepScale = updateKind_ == UpdateKind::Gradient
