@@ -18,7 +18,7 @@
 #include "consensusd/data/partition.hpp"
 #include "consensusd/schema/yaml_tree.hpp"
 #include "consensusd/version.hpp"
-#include "file_watch.hpp"
+#include "graph_change.hpp"
 #include "resident.hpp"
 #include "service_notify.hpp"
 #include "telemetry.hpp"
@@ -93,29 +93,28 @@ class Runner {
          ServiceNotifier& service, std::unique_ptr<TrainerEndpoint> trainer)
       : loaded_(loaded),
         cfg_(loaded.config),
-        topology_(&loaded.topology),
-        self_(loaded.nodeIndex),
         board_(board),
         signalFd_(signalFd),
         wakeFd_(wakeFd),
         started_(Clock::now()),
         service_(service),
         trainer_(std::move(trainer)),
+        graphs_(cfg_, loaded.topology, loaded.nodeIndex),
         telemetry_(cfg_.log.metricsFile) {}
 
   int run() {
     loadData();
-    transport_.emplace(*topology_, self_, transportOptions());
+    transport_.emplace(graphs_.graph(), graphs_.self(), transportOptions());
     if (config::isExternal(cfg_) && !trainer_)
       trainer_ = std::make_unique<TrainerEndpoint>(trainerOptions(cfg_, loaded_));
     resume();
-    watchTopologyFile();
     if (trainer_) trainer_->welcomeHeld();  // resumed: a held first trainer learns fresh or not
     service_.ready();  // systemd (Type=notify): started once the ports are bound
     spdlog::info(
         "node {} of {} ({} nodes, degree {}), {} parameters ({}), policy {}, starting at round {}",
-        cfg_.node.id, topology_->name(), topology_->size(), topology_->inNeighbors(self_).size(),
-        dimension_, cfg_.model.dtype, cfg_.consensus.policy, engine_->round());
+        cfg_.node.id, graphs_.graph().name(), graphs_.graph().size(),
+        graphs_.graph().inNeighbors(graphs_.self()).size(), dimension_, cfg_.model.dtype,
+        cfg_.consensus.policy, engine_->round());
     int code = 0;
     try {
       loop();
@@ -147,9 +146,9 @@ class Runner {
     }
     data_ = data::load(config::dataSource(cfg_));
     const auto parts =
-        data::partition(data_.train, config::partitionOptions(cfg_, topology_->size()));
-    data::Dataset share = data::subset(data_.train, parts[self_]);
-    histogram_ = data::classHistogram(data_.train, parts[self_]);
+        data::partition(data_.train, config::partitionOptions(cfg_, graphs_.graph().size()));
+    data::Dataset share = data::subset(data_.train, parts[graphs_.self()]);
+    histogram_ = data::classHistogram(data_.train, parts[graphs_.self()]);
     spdlog::info("{}; this node holds {} training samples", data_.description, share.size());
     worker_ = std::make_unique<ComputeWorker<Scalar>>(
         data_, std::move(share),
@@ -157,14 +156,16 @@ class Runner {
                                : std::nullopt,
         static_cast<std::size_t>(cfg_.model.dimension),
         static_cast<std::size_t>(cfg_.train.batchSize),
-        static_cast<std::uint64_t>(cfg_.data.seed) * 7919u + self_, config::stragglerSpec(cfg_));
+        static_cast<std::uint64_t>(cfg_.data.seed) * 7919u + graphs_.self(),
+        config::stragglerSpec(cfg_));
     dimension_ = worker_->dimension();
   }
 
   TransportOptions transportOptions() const {
     TransportOptions options;
-    options.bind = cfg_.node.bind.empty() ? topology_->node(self_).endpoint : cfg_.node.bind;
-    options.expect = {topology_->hash(), dimension_, dtype(), engineOptions_.compression};
+    options.bind =
+        cfg_.node.bind.empty() ? graphs_.graph().node(graphs_.self()).endpoint : cfg_.node.bind;
+    options.expect = {graphs_.graph().hash(), dimension_, dtype(), engineOptions_.compression};
     options.curve = loaded_.curve;
     options.peerTimeout = engineOptions_.peerTimeout;
     options.staleness = cfg_.consensus.staleness;
@@ -176,9 +177,9 @@ class Runner {
 
   void resume() {
     Checkpoint identity;
-    identity.topologyHash = topology_->hash();
+    identity.topologyHash = graphs_.graph().hash();
     identity.nodeId = cfg_.node.id;
-    identity.node = static_cast<std::uint32_t>(self_);
+    identity.node = static_cast<std::uint32_t>(graphs_.self());
     identity.dtype = dtype();
     identity.dimension = dimension_;
     checkpoints_.emplace(cfg_.checkpoint.dir, static_cast<std::size_t>(cfg_.checkpoint.keep),
@@ -200,8 +201,8 @@ class Runner {
       awaitingTrainerInit_ = true;
     }
     engine_ = std::make_unique<consensus::RoundEngine<Scalar>>(
-        *topology_, self_, engineOptions_, config::schedule(cfg_), cfg_.train.momentum,
-        std::move(params), now(), firstRound);
+        graphs_.graph(), graphs_.self(), engineOptions_, config::schedule(cfg_),
+        cfg_.train.momentum, std::move(params), now(), firstRound);
     for (const std::span<Scalar> buffer : engine_->modelBuffers())
       makeResident(std::as_writable_bytes(buffer));
     if (velocity.size() > 0 && engine_->keepsVelocity()) engine_->restoreVelocity(velocity);
@@ -278,7 +279,7 @@ class Runner {
     // x_k is held, not copied: the engine mixes into a fresh buffer meanwhile.
     std::shared_ptr<const Vector> params = engine_->sharedParams();
     checkpoints_->start(
-        {engine_->round(), topology_->hash(), params, bytesOf(*params),
+        {engine_->round(), graphs_.graph().hash(), params, bytesOf(*params),
          engine_->keepsVelocity() ? bytesOf(engine_->velocity()) : std::span<const std::byte>()});
     checkpointWanted_ = false;
     savingReplies_.swap(checkpointReplies_);
@@ -306,7 +307,7 @@ class Runner {
         const auto file = command.args.find("file");
         if (text != command.args.end() && text->is_string() && file != command.args.end() &&
             file->is_string()) {
-          wantTopology(text->get<std::string>(), file->get<std::string>(),
+          graphs_.want(cfg_, text->get<std::string>(), file->get<std::string>(),
                        std::move(command.reply));
           continue;
         }
@@ -328,113 +329,22 @@ class Runner {
     }
   }
 
-  // A new graph (consensusctl apply, SIGHUP): checked at once (an error is
-  // answered, and nothing changes), switched to between rounds: no round
-  // starts while it waits (docs/protocol.md, "Changing the graph").
-  void wantTopology(const std::string& text, const std::string& file,
-                    std::function<void(nlohmann::json)> reply) {
-    const auto answer = [&](const nlohmann::json& a) {
-      if (reply) reply(a);
-    };
-    if (pendingGraph_) {
-      answer({{"ok", false}, {"error", "a topology change is under way: apply again after it"}});
-      return;
-    }
-    try {
-      config::AppliedTopology applied =
-          config::checkTopology(cfg_, topology_->node(self_), text, file);
-      if (applied.graph.hash() == topology_->hash()) {
-        spdlog::info("topology {}: the graph this node runs, nothing to change", file);
-        answer({{"ok", true}, {"changed", false}, {"topology_hash", hashText(*topology_)}});
-        return;
-      }
-      pendingGraph_.emplace(PendingGraph{std::move(applied), file, std::move(reply)});
-    } catch (const schema::InputError& e) {
-      spdlog::error("topology not applied (nothing changed): {}", e.what());
-      answer({{"ok", false}, {"error", e.what()}, {"exit", schema::kExitConfig}});
-    }
-  }
-  // On SIGHUP, or when the file changed on disk (topology.watch).
-  void reloadTopology(bool onSignal) {
-    const char* why = onSignal ? "SIGHUP" : "topology file changed";
-    const std::string& file = cfg_.topology.file;
-    std::string text;
-    try {
-      text = schema::readYamlText(file);
-    } catch (const schema::InputError& e) {
-      spdlog::error("{}: topology not applied (nothing changed): {}", why, e.what());
-      return;
-    }
-    // A watched folder also sees its other files change: same text, no news.
-    if (text == lastReadTopology_ && !onSignal) return;
-    lastReadTopology_ = text;
-    spdlog::info("{}: reading topology {}", why, file);
-    wantTopology(text, file, {});
-  }
-  // topology.watch: a watch on the topology file's folder, or none.
-  void watchTopologyFile() {
-    if (!cfg_.topology.watch) return;
-    try {
-      topologyWatch_.emplace(cfg_.topology.file);
-      spdlog::info("topology.watch: a change of {} is applied as on SIGHUP", cfg_.topology.file);
-    } catch (const std::system_error& e) {
-      spdlog::warn("topology.watch: {} ({}); the topology is read again on SIGHUP only", e.what(),
-                   cfg_.topology.file);
-    }
-  }
-  // Between rounds only: the engine's slots and the transport's links follow.
+  // A held graph (graphs_), between rounds: the engine's slots and the transport's links follow.
   void switchTopology() {
-    if (!pendingGraph_ || engine_->phase() != Engine::Phase::Idle) return;
-    PendingGraph pending = std::move(*pendingGraph_);
-    pendingGraph_.reset();
-    auto next = std::make_unique<const topology::Topology>(std::move(pending.applied.graph));
-    const std::size_t self = pending.applied.nodeIndex;
-    const std::set<std::string> before = neighborIds(*topology_, self_);
-    const std::set<std::string> after = neighborIds(*next, self);
-    nlohmann::json added = nlohmann::json::array();
-    nlohmann::json removed = nlohmann::json::array();
-    for (const std::string& id : after)
-      if (before.count(id) == 0) added.push_back(id);
-    for (const std::string& id : before)
-      if (after.count(id) == 0) removed.push_back(id);
-    engine_->setTopology(*next, self, now());
-    transport_->setTopology(*next, self);
-    graph_ = std::move(next);  // the graph left goes: the transport keeps its own copy
-    topology_ = graph_.get();
-    self_ = self;
-    topologyFile_ = pending.file;
-    ++topologyChanges_;
+    const std::optional<GraphChange::Next> next = graphs_.next();
+    if (!next || engine_->phase() != Engine::Phase::Idle) return;
+    engine_->setTopology(*next->graph, next->self, now());
+    transport_->setTopology(*next->graph, next->self);  // it keeps its own copy of the graph left
     linkWatch_.clear();
-    spdlog::info(
-        "topology {} applied at round {}: {} nodes, degree {}, hash {}; neighbours added {}, "
-        "removed {}",
-        pending.file, engine_->round(), topology_->size(), engine_->degree(), hashText(*topology_),
-        added.dump(), removed.dump());
-    publishStatus();
-    if (pending.reply)
-      pending.reply({{"ok", true},
-                     {"changed", true},
-                     {"round", engine_->round()},
-                     {"topology_hash", hashText(*topology_)},
-                     {"nodes", topology_->size()},
-                     {"degree", engine_->degree()},
-                     {"added", added},
-                     {"removed", removed}});
-  }
-  static std::set<std::string> neighborIds(const topology::Topology& graph, std::size_t node) {
-    std::set<std::string> ids;
-    for (const topology::Neighbor& n : graph.inNeighbors(node)) ids.insert(graph.node(n.index).id);
-    for (const topology::Neighbor& n : graph.outNeighbors(node)) ids.insert(graph.node(n.index).id);
-    return ids;
-  }
-  static std::string hashText(const topology::Topology& graph) {
-    return fmt::format("{:016x}", graph.hash());
+    GraphChange::Switched done = graphs_.switched(engine_->round(), engine_->degree());
+    publishStatus();  // the answer must not race ahead of the state it describes
+    if (done.reply) done.reply(done.answer);
   }
 
   nlohmann::json setPolicy(const nlohmann::json& args) {
     try {
-      const config::NodeConfig updated =
-          config::reconfigure(cfg_, setPolicyOverrides(args), topology_->inNeighbors(self_).size());
+      const config::NodeConfig updated = config::reconfigure(
+          cfg_, setPolicyOverrides(args), graphs_.graph().inNeighbors(graphs_.self()).size());
       engine_->setPolicy(config::policySpec(updated));
       cfg_.consensus = updated.consensus;
       configYaml_ = config::toYaml(cfg_);
@@ -456,7 +366,7 @@ class Runner {
       joinedAtRound_ = record.nextRound;
       std::string from;
       for (const std::size_t node : record.responders)
-        from += (from.empty() ? "" : ", ") + topology_->node(node).id;
+        from += (from.empty() ? "" : ", ") + graphs_.graph().node(node).id;
       spdlog::info("joined a running cluster at round {}: took the estimates of {} in place of x_0",
                    record.nextRound, from);
     }
@@ -496,7 +406,7 @@ class Runner {
   // holds the next round, so that it saves the round it was wanted at (the
   // engine thread keeps serving meanwhile).
   bool mayStart() const {
-    return !paused_ && !stopping_ && !awaitingTrainerInit_ && !checkpointWanted_ && !pendingGraph_;
+    return !paused_ && !stopping_ && !awaitingTrainerInit_ && !checkpointWanted_ && !graphs_.held();
   }
   // The round's parameters are the engine's own buffer, shared (not
   // copied) by every send and the compute job, which only read them.
@@ -530,7 +440,7 @@ class Runner {
     const bool engineIdle = engine_->phase() == consensus::RoundEngine<Scalar>::Phase::Idle;
     status->phase = paused_                           ? "paused"
                     : engineIdle && checkpointWanted_ ? "checkpointing"  // held for the writer
-                    : engineIdle && pendingGraph_     ? "applying"       // a new graph, next
+                    : engineIdle && graphs_.held()    ? "applying"       // a new graph, next
                     : engineIdle                      ? "idle"
                                                       : "waiting";
     status->policy = cfg_.consensus.policy;
@@ -541,14 +451,14 @@ class Runner {
     telemetry_.fill(*status, now());
     checkpoints_->fill(*status);
     status->joinedAtRound = joinedAtRound_;
-    status->topology = topologyFile_;
-    status->topologyHash = hashText(*topology_);
-    status->topologyChanges = topologyChanges_;
+    status->topology = graphs_.file();
+    status->topologyHash = GraphChange::hashText(graphs_.graph());
+    status->topologyChanges = graphs_.changes();
     const TrafficCounters& traffic = transport_->counters();
     for (std::size_t s = 0; s < engine_->degree(); ++s) {
       NeighborStatus n;
       const std::size_t node = engine_->nodeOfSlot(s);
-      n.id = topology_->node(node).id;
+      n.id = graphs_.graph().node(node).id;
       n.previousGraph = transport_->onPreviousGraph(node);
       const bool suspect = engine_->suspect(s, t);
       const consensus::Presence presence = engine_->presence(s);
@@ -626,10 +536,7 @@ class Runner {
       handleCommands();
       serveCheckpoints();
       switchTopology();
-      if (topologyFileChanged_ && !pendingGraph_) {  // after a change under way, if one was
-        topologyFileChanged_ = false;
-        reloadTopology(false);
-      }
+      graphs_.reloadWatched(cfg_);
       if (stopping_) break;
       finishedRound_ = false;
       const std::optional<Time> engineWake = consensus::step(*engine_, t, *this);
@@ -676,7 +583,7 @@ class Runner {
     items = {{nullptr, worker_ ? worker_->readyFd() : -1, ZMQ_POLLIN, 0},
              {nullptr, signalFd_, ZMQ_POLLIN, 0},
              {nullptr, wakeFd_, ZMQ_POLLIN, 0},
-             {nullptr, topologyWatch_ ? topologyWatch_->fd() : -1, ZMQ_POLLIN, 0}};
+             {nullptr, graphs_.watchFd(), ZMQ_POLLIN, 0}};
     if (trainer_) trainer_->append(items);  // items 4 and 5
     const std::size_t transportAt = items.size();
     transport_->append(items);
@@ -686,14 +593,14 @@ class Runner {
     if (items[1].revents & ZMQ_POLLIN) {
       const std::uint32_t signal = readSignal(signalFd_);
       if (signal == SIGHUP) {
-        reloadTopology(true);
+        graphs_.reload(cfg_, true);
       } else if (signal != 0) {
         spdlog::info("{}: stopping", signal == SIGINT ? "SIGINT" : "SIGTERM");
         stop("signal");
       }
     }
     if (items[2].revents & ZMQ_POLLIN) drainFd(wakeFd_);
-    if ((items[3].revents & ZMQ_POLLIN) && topologyWatch_->changed()) topologyFileChanged_ = true;
+    if (items[3].revents & ZMQ_POLLIN) graphs_.noteWatch();
   }
 
   // The trainer's initialisation (fresh start) and its updates, to the engine.
@@ -774,7 +681,7 @@ class Runner {
       spdlog::warn(
           "the link from {} is the bottleneck: its estimates ({:.0f} MB) take {:.2f} s to arrive "
           "({:.0f} Mbit/s) and rounds {:.2f} s{}",
-          topology_->node(node).id, megabytes, transferS, megabytes * 8 / transferS, roundS,
+          graphs_.graph().node(node).id, megabytes, transferS, megabytes * 8 / transferS, roundS,
           transferS > roundS ? "; they arrive rounds late and are mixed only when the round waits"
                              : "");
     }
@@ -846,8 +753,6 @@ class Runner {
 
   const config::LoadedConfig& loaded_;
   config::NodeConfig cfg_;
-  const topology::Topology* topology_;  // loaded_'s, or the last applied (graph_)
-  std::size_t self_;
   StatusBoard& board_;
   int signalFd_;
   int wakeFd_;
@@ -880,18 +785,7 @@ class Runner {
   std::optional<HeldUpdate> held_;  // the trainer's update, until the emulated straggler's delay
   consensus::Straggler trainerStraggler_{config::stragglerSpec(cfg_)};
   std::optional<CheckpointWriter> checkpoints_;
-  struct PendingGraph {
-    config::AppliedTopology applied;
-    std::string file;
-    std::function<void(nlohmann::json)> reply;  // none for SIGHUP
-  };
-  std::optional<PendingGraph> pendingGraph_;         // checked, switched to between rounds
-  std::unique_ptr<const topology::Topology> graph_;  // the last applied
-  std::string topologyFile_ = cfg_.topology.file;
-  std::optional<FileWatch> topologyWatch_;  // topology.watch
-  bool topologyFileChanged_ = false;        // seen by the watch, not read yet
-  std::string lastReadTopology_;            // the text the last reload read
-  std::uint64_t topologyChanges_ = 0;
+  GraphChange graphs_;  // the graph in force, and a new one held until between rounds
   std::int64_t joinedAtRound_ = -1;
   bool checkpointWanted_ = false;
   std::vector<std::function<void(nlohmann::json)>> checkpointReplies_;  // for the save wanted
