@@ -159,10 +159,10 @@ void checkLocal(const NodeConfig& config, const Origins& origins) {
            "compression keeps one copy of each neighbour, its newest: mix_round: same needs "
            "consensus.compression: none");
   }
-  if (config.train.outer != "plain" && config.train.momentum > 0) {
+  if (config.train.outer == "nesterov" && config.train.momentum > 0) {
     failAt(origins, "train.momentum",
-           "outer: " + config.train.outer +
-               " keeps its own momentum (train.outer_momentum): train.momentum must be 0");
+           "outer: nesterov keeps its own momentum (train.outer_momentum): train.momentum must "
+           "be 0");
   }
   if (policySpec(config).kind == consensus::PolicyKind::Timeout &&
       consensus.timeoutMs >= consensus.hardDeadlineMs) {

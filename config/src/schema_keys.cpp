@@ -232,12 +232,11 @@ std::vector<Key> makeKeys() {
       choice("train.outer", CONSENSUSD_FIELD(train.outer), data::namesOf(consensus::kOuters),
              "Each round's update u (a trainer's delta over its local steps, or -eta g) after "
              "the mix: plain adds it; nesterov takes DiLoCo's outer step v <- mu v + u, "
-             "x <- x + lr (u + mu v); mix-momentum adds lr u and mu times the mix's motion "
-             "since the last round (docs/trainers.md, \"Local steps and an outer step\")."),
+             "x <- x + lr (u + mu v) (docs/trainers.md, \"Local steps and an outer step\")."),
       number("train.outer_learning_rate", CONSENSUSD_FIELD(train.outerLearningRate), 1e-6, 10,
-             "lr of the outer step with outer: nesterov or mix-momentum (DiLoCo: 0.7)."),
+             "lr of the outer step with outer: nesterov (DiLoCo: 0.7)."),
       number("train.outer_momentum", CONSENSUSD_FIELD(train.outerMomentum), 0, 0.999,
-             "mu of the outer step with outer: nesterov or mix-momentum (DiLoCo: 0.9)."),
+             "mu of the outer step with outer: nesterov (DiLoCo: 0.9)."),
       number("train.weight_decay", CONSENSUSD_FIELD(train.weightDecay), 0, 1,
              "L2 penalty (weight_decay / 2) ||W||^2 on weights (not biases), part of the loss."),
       integer("train.rounds", CONSENSUSD_FIELD(train.rounds), 0, kMaxInt,

@@ -67,11 +67,10 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
     slots_.push_back(newSlot(neighbor.index, now));
     placeSlot(slots_.back(), neighbor, hops, topology.size());
   }
-  if (options_.outer != Outer::Plain) {
+  if (options_.outer == Outer::Nesterov) {
     if (sgd_.hasMomentum())
       throw std::invalid_argument("the outer step keeps its own momentum: no train.momentum");
-    outer_.emplace(dimension, options_.outerLearningRate, options_.outerMomentum,
-                   options_.outer == Outer::MixMomentum);
+    outer_.emplace(dimension, options_.outerLearningRate, options_.outerMomentum);
   }
   if (compressed()) {
     if (options_.robust != Robust::None)
@@ -111,7 +110,6 @@ void RoundEngine<Scalar>::placeSlot(Slot& slot, const topology::Neighbor& neighb
 template <class Scalar>
 void RoundEngine<Scalar>::setTopology(const topology::Topology& next, std::size_t self, Time now) {
   if (phase_ != Phase::Idle) throw std::logic_error("a new topology applies between rounds");
-  if (outer_) outer_->moved();  // other neighbours: the mix may jump
   std::vector<Slot> old = std::move(slots_);
   slots_.clear();
   const std::vector<std::size_t> hops = topology::hopsFrom(next, self);
@@ -905,7 +903,6 @@ void RoundEngine<Scalar>::advance(RoundRecord& record, const MixPlan& plan) {
                               : record.adopted ? plan.newestMixed
                                                : round_ + 1;
   record.skipped = target > round_ + 1;
-  if (outer_ && (record.skipped || record.adopted)) outer_->moved();
   record.nextRound = std::max(target, round_ + 1);
   round_ = record.nextRound;
   phase_ = Phase::Idle;
@@ -965,7 +962,6 @@ void RoundEngine<Scalar>::resetParams(const Eigen::Ref<const Vector>& params) {
   if (phase_ != Phase::Idle || params.size() != params_->size())
     throw std::logic_error("resetParams: only between rounds, at the same dimension");
   writable(params_) = params;
-  if (outer_) outer_->moved();
 }
 
 template <class Scalar>

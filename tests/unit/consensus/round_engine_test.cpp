@@ -500,39 +500,6 @@ TEST_CASE("outer: nesterov takes DiLoCo's outer step on deltas and on -eta g") {
   CHECK_THROWS_AS(Hub(options, 0.1, 0.9), std::invalid_argument);
 }
 
-TEST_CASE("outer: mix-momentum adds the update once and momentum on the mix's motion") {
-  EngineOptions options = withPolicy(PolicyKind::Static);
-  options.policy.backups = 4;  // mix with nobody: the mix is x itself, and moves by the steps
-  options.minResponders = 0;
-  options.outer = Outer::MixMomentum;
-  options.outerLearningRate = 0.5;
-  options.outerMomentum = 0.8;
-  Hub hub(options, 0.1);
-  CHECK(hub.engine.keepsVelocity());
-  Eigen::VectorXd x = Eigen::VectorXd::Zero(3);
-  std::optional<Eigen::VectorXd> previous;  // the last round's mix
-  const auto round = [&](const Eigen::Vector3d& delta) {
-    REQUIRE(hub.engine.tryStart(ms(0)));
-    hub.engine.onGradient(hub.engine.round(), delta, 1.0, GradientStats{}, ms(0),
-                          UpdateKind::Delta);
-    REQUIRE(hub.engine.tryFinish(ms(0)));
-    const Eigen::VectorXd mixed = x;
-    x = mixed + 0.5 * delta + (previous ? Eigen::VectorXd(0.8 * (mixed - *previous)) : 0.0 * x);
-    previous = mixed;
-    CHECK((hub.engine.params() - x).norm() == doctest::Approx(0.0).epsilon(1e-12));
-    CHECK((hub.engine.velocity() - *previous).norm() == doctest::Approx(0.0).epsilon(1e-12));
-  };
-  round(Eigen::Vector3d(1, -2, 0.5));  // no motion yet: the update alone
-  round(Eigen::Vector3d(0.25, 1, 3));
-  round(Eigen::Vector3d(-1, 0, 2));
-  // New parameters (a trainer's x_0, a join): their jump is no step.
-  x = Eigen::Vector3d(5, 5, 5);
-  hub.engine.resetParams(x);
-  previous.reset();
-  round(Eigen::Vector3d(1, 1, 1));
-  round(Eigen::Vector3d(0, 1, 0));
-}
-
 TEST_CASE("the mailbox keeps an owned estimate in place and copies one without an owner") {
   Mailbox<double> mailbox(2, 3);
   auto received = std::make_shared<Eigen::VectorXd>(Eigen::Vector3d(1.0, 2.0, 3.0));

@@ -42,12 +42,11 @@ inline constexpr data::NameTable<PolicyKind, 5> kPolicyKinds{{{PolicyKind::All, 
                                                               {PolicyKind::Quantile, "quantile"},
                                                               {PolicyKind::Dynamic, "dynamic"}}};
 
-// Each round's update after the mix: plain x + u, DiLoCo's outer step with
-// Nesterov momentum on u, or momentum on the mix's motion
-// (data/optimizer.hpp NesterovOuter; docs/trainers.md).
-enum class Outer { Plain, Nesterov, MixMomentum };
-inline constexpr data::NameTable<Outer, 3> kOuters{
-    {{Outer::Plain, "plain"}, {Outer::Nesterov, "nesterov"}, {Outer::MixMomentum, "mix-momentum"}}};
+// Each round's update after the mix: plain x + u, or DiLoCo's outer step
+// with Nesterov momentum on u (data/optimizer.hpp; docs/trainers.md).
+enum class Outer { Plain, Nesterov };
+inline constexpr data::NameTable<Outer, 2> kOuters{
+    {{Outer::Plain, "plain"}, {Outer::Nesterov, "nesterov"}}};
 
 struct PolicySpec {
   PolicyKind kind = PolicyKind::Dynamic;

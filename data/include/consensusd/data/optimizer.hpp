@@ -67,54 +67,24 @@ class NesterovOuter {
  public:
   using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
 
-  // `overMix`: momentum over the mix's motion (train.outer: mix-momentum),
-  // not over this node's own updates (nesterov); see step().
-  NesterovOuter(std::size_t dimension, double learningRate, double momentum, bool overMix = false)
+  NesterovOuter(std::size_t dimension, double learningRate, double momentum)
       : learningRate_(learningRate),
         momentum_(momentum),
-        overMix_(overMix),
         velocity_(Vector::Zero(static_cast<Eigen::Index>(dimension))) {}
 
-  // x holds the round's mix x^ on entry, x_{k+1} on return. nesterov (DiLoCo):
-  // v <- mu v + s u, x <- x^ + lr (s u + mu v). mix-momentum: x <- x^ + lr s u
-  // + mu (x^ - x^_prev): heavy-ball momentum on the motion of the mix, which
-  // carries the neighbours' steps averaged, while this node's own update goes
-  // in once; nesterov multiplies the node's own update, noise included, by up
-  // to lr / (1 - mu). velocity() then holds x^_prev.
   void step(Eigen::Ref<Vector> x, const Eigen::Ref<const Vector>& update, Scalar scale) {
     const auto mu = static_cast<Scalar>(momentum_);
     const auto lr = static_cast<Scalar>(learningRate_);
-    if (!overMix_) {
-      velocity_ = mu * velocity_ + scale * update;
-      x.noalias() += lr * (scale * update + mu * velocity_);
-      return;
-    }
-    const Scalar pull = havePrevious_ ? mu : Scalar(0);
-    Scalar* xs = x.data();
-    Scalar* previous = velocity_.data();
-    const Scalar* u = update.data();
-    for (Eigen::Index i = 0; i < x.size(); ++i) {
-      const Scalar mixed = xs[i];
-      xs[i] = mixed + lr * scale * u[i] + pull * (mixed - previous[i]);
-      previous[i] = mixed;
-    }
-    havePrevious_ = true;
+    velocity_ = mu * velocity_ + scale * update;
+    x.noalias() += lr * (scale * update + mu * velocity_);
   }
-  // The parameters jumped (a skip, a join, a new graph, a reset): with
-  // mix-momentum the next mix's motion is no step.
-  void moved() { havePrevious_ = false; }
 
   const Vector& velocity() const { return velocity_; }
-  void setVelocity(const Eigen::Ref<const Vector>& velocity) {
-    velocity_ = velocity;
-    havePrevious_ = overMix_;
-  }
+  void setVelocity(const Eigen::Ref<const Vector>& velocity) { velocity_ = velocity; }
 
  private:
   double learningRate_;
   double momentum_;
-  bool overMix_;
-  bool havePrevious_ = false;
   Vector velocity_;
 };
 
