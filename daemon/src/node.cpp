@@ -225,7 +225,7 @@ class Runner {
     if (message.partial) return engine_->onArriving(message.from, h.round, now());
     switch (h.kind) {
       case wire::Kind::Estimate: {
-        const std::span<const std::byte> payload = message.bytes();
+        const std::span<const std::byte> payload = message.payload;
         if (h.dtype != dtype())  // a compressed frame: onto the neighbour's copy
           return engine_->onFrame(message.from, h.round, h.base, payload, now());
         const Scalar* values = reinterpret_cast<const Scalar*>(payload.data());

@@ -104,7 +104,6 @@ struct Inbound {
   // is written again only once every holder let go).
   std::shared_ptr<const void> owner;
   std::span<const std::byte> payload;
-  std::span<const std::byte> bytes() const { return payload; }
 };
 
 // A compressed frame (consensus/codec.hpp) of a round, building on the

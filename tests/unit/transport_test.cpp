@@ -132,8 +132,8 @@ TEST_CASE("transport: an estimate arrives whole, and the engine's receipt is cou
   CHECK(message.from == 0);
   CHECK(message.header.round == 7);
   CHECK(message.header.kind == wire::Kind::Estimate);
-  REQUIRE(message.bytes().size() == kDimension * sizeof(float));
-  CHECK(reinterpret_cast<const float*>(message.bytes().data())[3] == 3.25f);
+  REQUIRE(message.payload.size() == kDimension * sizeof(float));
+  CHECK(reinterpret_cast<const float*>(message.payload.data())[3] == 3.25f);
 
   CHECK(b.counters().accepted == 0);  // until the engine has seen it
   b.settle(message, consensus::Receipt::Stored, consensus::Time{});
@@ -246,7 +246,7 @@ std::variant<Inbound, Rejected> nextWhole(std::vector<Transport*> transports, Tr
 }
 
 const float* floats(const Inbound& message) {
-  return reinterpret_cast<const float*>(message.bytes().data());
+  return reinterpret_cast<const float*>(message.payload.data());
 }
 
 // One chunk of a chunked estimate, as a raw peer sends it.
@@ -280,7 +280,7 @@ TEST_CASE("transport: an estimate of several chunks arrives whole, in the neighb
   CHECK(partials == 9);  // ten chunks of four values: nine signs of life, then the estimate
   CHECK(whole.header.round == 3);
   CHECK(whole.header.offset == 0);
-  REQUIRE(whole.bytes().size() == kChunkedDimension * sizeof(float));
+  REQUIRE(whole.payload.size() == kChunkedDimension * sizeof(float));
   for (std::size_t i = 0; i < kChunkedDimension; ++i)
     CHECK(floats(whole)[i] == 0.5f + static_cast<float>(i));
   CHECK(b.inflow(0).bytes == kChunkedDimension * sizeof(float));
@@ -312,7 +312,7 @@ TEST_CASE("transport: in chunks, the next estimate waits until the last one's bu
     REQUIRE_FALSE(b.receive({}).has_value());
   }
   CHECK(a.counters().sendEvents().at("deferred") >= 1);
-  CHECK(reinterpret_cast<const float*>(std::get<Inbound>(first).bytes().data())[0] == 1.0f);
+  CHECK(reinterpret_cast<const float*>(std::get<Inbound>(first).payload.data())[0] == 1.0f);
 
   // Let go of round 1: b offers its buffer (READY), round 2 comes into it.
   held.reset();
@@ -460,7 +460,7 @@ TEST_CASE("transport: compressed, the copy goes whole first, then frames; RESYNC
       REQUIRE(std::holds_alternative<Inbound>(got));
       const Inbound& message = std::get<Inbound>(got);
       b.settle(message, receipt, {});
-      return Got{message.header, {message.bytes().begin(), message.bytes().end()}};
+      return Got{message.header, {message.payload.begin(), message.payload.end()}};
     };
     const CompressedRound r0 = compressedRound(1.0f, kValues);
     publishCompressed(a, 0, r0, std::nullopt);  // the first round has no frame
