@@ -57,6 +57,17 @@ TEST_CASE(
                  "train.eval_every_rounds=0", "train.rounds=0", "consensus.peer_timeout_ms=500",
                  "checkpoint.every_rounds=0"}));
   }
+  // What each node says and last logged, shown only when a wait fails.
+  const auto nodes = [&] {
+    std::string text;
+    for (std::size_t i = 0; i < kNodes; ++i) {
+      const std::string log = readText(dir.path() + "/n" + std::to_string(i) + ".log");
+      text += "n" + std::to_string(i) + " round " + std::to_string(roundOf(dir, i)) +
+              ", log ends:\n" + log.substr(log.size() > 1500 ? log.size() - 1500 : 0) + "\n";
+    }
+    return text;
+  };
+  INFO(nodes());
   const auto allPast = [&](std::int64_t round) {
     for (std::size_t i = 0; i < kNodes; ++i)
       if (roundOf(dir, i) <= round) return false;
