@@ -253,7 +253,9 @@ void RoundEngine<Scalar>::learnFromRound(RoundRecord& record, const Vector* g, b
     gradients_.recordStep(scale * sums.curvature - noise, scale * sums.stepSq);
   }
   havePrevious_ = g != nullptr && dynamic;
-  gradients_.record(stats_.gradNormSq, stats_.sampleVariance);
+  // ||g||^2 measured here, from the pass above: whatever a driver hands in,
+  // and nothing from a delta without its gradient.
+  if (g != nullptr && dynamic) gradients_.record(sums.gradientSq, stats_.sampleVariance);
   previousEta_ = record.learningRate;
   previousVariance_ = stats_.sampleVariance;
 }

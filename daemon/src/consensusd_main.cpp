@@ -19,7 +19,7 @@
 #include "consensusd/daemon/curve.hpp"
 #include "consensusd/daemon/status_server.hpp"
 #include "consensusd/data/dataset.hpp"
-#include "node.hpp"
+#include "node/node.hpp"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // The node's checkpoint writer on its own: resume, save, saves that fail,
 // and a save that stalls while its caller goes on.
 
-#include "checkpoint_writer.hpp"
+#include "durability/checkpoint_writer.hpp"
 
 #include <doctest/doctest.h>
 #include <fcntl.h>

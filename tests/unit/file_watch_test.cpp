@@ -1,6 +1,6 @@
 // The topology file's watch: which changes of its folder it reports.
 
-#include "file_watch.hpp"
+#include "os/file_watch.hpp"
 
 #include <doctest/doctest.h>
 #include <poll.h>

@@ -1,7 +1,7 @@
 // A running node's changes of graph, without sockets: what is held, what is
 // answered at once, and what switching reports.
 
-#include "graph_change.hpp"
+#include "node/graph_change.hpp"
 
 #include <doctest/doctest.h>
 

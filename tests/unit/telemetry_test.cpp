@@ -1,6 +1,6 @@
 // The node's telemetry on its own: loss EWMA, rate, history bound, metrics file.
 
-#include "telemetry.hpp"
+#include "status/telemetry.hpp"
 
 #include <doctest/doctest.h>
 #include <sys/wait.h>

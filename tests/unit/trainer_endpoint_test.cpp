@@ -1,7 +1,7 @@
 // The trainer endpoint on its own: a raw Unix-socket client speaks the line
 // protocol, maps the region it is handed and writes updates into it.
 
-#include "trainer_endpoint.hpp"
+#include "trainer/trainer_endpoint.hpp"
 
 #include <doctest/doctest.h>
 #include <sys/mman.h>

@@ -1,7 +1,7 @@
 // The daemon's transport on its own: two nodes over ipc:// sockets in a
 // temporary folder, and raw ZeroMQ peers for what an honest node never sends.
 
-#include "transport.hpp"
+#include "network/transport.hpp"
 
 #include <doctest/doctest.h>
 

@@ -152,7 +152,6 @@ HubChoices hubChoices(bool noiseTerm, double spacing, double disagreement = 0.0)
     Eigen::VectorXd g = x;
     for (auto& v : g) v += sigma * normal(rng);
     GradientStats stats;
-    stats.gradNormSq = g.squaredNorm();
     stats.sampleVariance = sigma * sigma * static_cast<double>(dimension);
     engine.onGradient(k, g, 0.5 * x.squaredNorm(), stats, ms(t0 + 0.5));
     const Eigen::VectorXd estimate = x.array() + (k % 2 == 0 ? disagreement : -disagreement);
@@ -302,8 +301,7 @@ TEST_CASE("dynamic: neighbours a phase behind, in with our own gradient, are wai
   const Topology topology = graph("star", 5);
   Engine engine(topology, 0, options, rate(0.05), 0.0, Eigen::VectorXd::Zero(3), Time{});
   const Eigen::VectorXd estimate = Eigen::VectorXd::Constant(3, 1.0);
-  GradientStats stats;
-  stats.gradNormSq = 1.0;
+  const GradientStats stats;
   std::vector<std::size_t> mixed;
   REQUIRE(engine.tryStart(ms(0)));
   for (std::int64_t k = 0; k < 200; ++k) {

@@ -34,7 +34,8 @@ struct ModelOptions {
 
 // The per-round statistics the dynamic wait policy needs (docs/design.md §3).
 struct GradientStats {
-  // ||g||^2 of the minibatch mean gradient, L2 term included.
+  // ||g||^2 of the minibatch mean gradient, L2 term included (for the
+  // single-process trainer: the round engine measures its own).
   double gradNormSq = 0.0;
   // tr Cov of per-sample gradients, unbiased: (sum_s ||g_s||^2 - B ||g||^2) / (B - 1)
   // over the data term. Per-sample norms come from the backward pass at no

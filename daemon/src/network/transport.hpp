@@ -30,7 +30,7 @@
 #include "consensusd/consensus/round_engine.hpp"
 #include "consensusd/daemon/curve.hpp"
 #include "consensusd/daemon/wire.hpp"
-#include "owner_thread.hpp"
+#include "os/owner_thread.hpp"
 
 namespace consensusd::daemon {
 

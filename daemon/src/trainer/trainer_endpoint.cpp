@@ -1,4 +1,4 @@
-#include "trainer_endpoint.hpp"
+#include "trainer/trainer_endpoint.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>

@@ -1,4 +1,4 @@
-#include "telemetry.hpp"
+#include "status/telemetry.hpp"
 
 namespace consensusd::daemon {
 namespace {

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "consensusd/config/load.hpp"
-#include "file_watch.hpp"
+#include "os/file_watch.hpp"
 
 namespace consensusd::daemon {
 

@@ -1,4 +1,4 @@
-#include "file_watch.hpp"
+#include "os/file_watch.hpp"
 
 #include <sys/inotify.h>
 #include <unistd.h>

@@ -22,8 +22,8 @@
 #include "consensusd/data/model.hpp"
 #include "consensusd/data/optimizer.hpp"
 #include "consensusd/data/partition.hpp"
-#include "event_fd.hpp"
-#include "thread_name.hpp"
+#include "os/event_fd.hpp"
+#include "os/thread_name.hpp"
 
 namespace consensusd::daemon {
 

@@ -1,9 +1,9 @@
-#include "checkpoint_writer.hpp"
+#include "durability/checkpoint_writer.hpp"
 
 #include <spdlog/spdlog.h>
 
-#include "event_fd.hpp"
-#include "thread_name.hpp"
+#include "os/event_fd.hpp"
+#include "os/thread_name.hpp"
 
 namespace consensusd::daemon {
 

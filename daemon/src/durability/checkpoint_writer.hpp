@@ -21,7 +21,7 @@
 
 #include "consensusd/daemon/checkpoint.hpp"
 #include "consensusd/daemon/status.hpp"
-#include "owner_thread.hpp"
+#include "os/owner_thread.hpp"
 
 namespace consensusd::daemon {
 

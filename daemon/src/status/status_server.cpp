@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "thread_name.hpp"
+#include "os/thread_name.hpp"
 
 namespace consensusd::daemon {
 namespace {

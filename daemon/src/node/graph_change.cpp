@@ -1,4 +1,4 @@
-#include "graph_change.hpp"
+#include "node/graph_change.hpp"
 
 #include <spdlog/spdlog.h>
 

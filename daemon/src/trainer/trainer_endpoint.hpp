@@ -24,7 +24,7 @@
 #include "consensusd/consensus/round_engine.hpp"
 #include "consensusd/daemon/status.hpp"
 #include "consensusd/daemon/wire.hpp"
-#include "owner_thread.hpp"
+#include "os/owner_thread.hpp"
 
 namespace consensusd::daemon {
 

@@ -16,7 +16,7 @@
 #include "consensusd/consensus/round_engine.hpp"
 #include "consensusd/daemon/status.hpp"
 #include "consensusd/data/model.hpp"
-#include "owner_thread.hpp"
+#include "os/owner_thread.hpp"
 
 namespace consensusd::daemon {
 

@@ -1,4 +1,4 @@
-#include "node.hpp"
+#include "node/node.hpp"
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -9,8 +9,6 @@
 #include <set>
 #include <zmq.hpp>
 
-#include "checkpoint_writer.hpp"
-#include "compute_worker.hpp"
 #include "consensusd/config/params.hpp"
 #include "consensusd/consensus/driver.hpp"
 #include "consensusd/daemon/status_server.hpp"
@@ -18,12 +16,16 @@
 #include "consensusd/data/partition.hpp"
 #include "consensusd/schema/yaml_tree.hpp"
 #include "consensusd/version.hpp"
-#include "graph_change.hpp"
-#include "resident.hpp"
-#include "service_notify.hpp"
-#include "telemetry.hpp"
-#include "trainer_endpoint.hpp"
-#include "transport.hpp"
+#include "durability/checkpoint_writer.hpp"
+#include "network/transport.hpp"
+#include "node/graph_change.hpp"
+#include "node/status_snapshot.hpp"
+#include "os/resident.hpp"
+#include "os/service_notify.hpp"
+#include "status/telemetry.hpp"
+#include "trainer/compute_worker.hpp"
+#include "trainer/trainer_endpoint.hpp"
+#include "trainer/trainer_feed.hpp"
 
 namespace consensusd::daemon {
 namespace {
@@ -82,15 +84,15 @@ std::unique_ptr<TrainerEndpoint> awaitTrainerShape(const config::LoadedConfig& l
 }
 
 template <class Scalar>
-class Runner {
+class Node {
  public:
   using Vector = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
   using Engine = consensus::RoundEngine<Scalar>;
 
   // `trainer`: an endpoint that already learned the node's shape from its
   // first trainer (model.dimension/dtype: auto); else made here if external.
-  Runner(const config::LoadedConfig& loaded, StatusBoard& board, int signalFd, int wakeFd,
-         ServiceNotifier& service, std::unique_ptr<TrainerEndpoint> trainer)
+  Node(const config::LoadedConfig& loaded, StatusBoard& board, int signalFd, int wakeFd,
+       ServiceNotifier& service, std::unique_ptr<TrainerEndpoint> trainer)
       : loaded_(loaded),
         cfg_(loaded.config),
         board_(board),
@@ -381,7 +383,8 @@ class Runner {
     }
     // One gradient buffer: back to the compute thread for the next round.
     if (worker_) worker_->recycle(engine_->takeSpentUpdate());
-    telemetry_.onRecord(record, {transport_->counters().bytesSent, bytesReceived(), samples_});
+    telemetry_.onRecord(
+        record, {transport_->counters().bytesSent, bytesReceived(*engine_, *transport_), samples_});
     const std::int64_t every = cfg_.checkpoint.everyRounds;
     if (every > 0 && record.nextRound / every != record.round / every) wantCheckpoint();
     if (cfg_.train.rounds > 0 && engine_->round() >= cfg_.train.rounds) {
@@ -454,52 +457,7 @@ class Runner {
     status->topology = graphs_.file();
     status->topologyHash = GraphChange::hashText(graphs_.graph());
     status->topologyChanges = graphs_.changes();
-    const TrafficCounters& traffic = transport_->counters();
-    for (std::size_t s = 0; s < engine_->degree(); ++s) {
-      NeighborStatus n;
-      const std::size_t node = engine_->nodeOfSlot(s);
-      n.id = graphs_.graph().node(node).id;
-      n.previousGraph = transport_->onPreviousGraph(node);
-      const bool suspect = engine_->suspect(s, t);
-      const consensus::Presence presence = engine_->presence(s);
-      // Idle (alive, no trainer) and left (said goodbye) are not silent.
-      status->suspects += suspect && presence == consensus::Presence::Working ? 1u : 0u;
-      n.lastRound = engine_->newestRound(s);
-      n.state = presence == consensus::Presence::Idle   ? "idle"
-                : presence == consensus::Presence::Left ? "left"
-                : suspect                               ? "suspect"
-                : n.lastRound >= engine_->round() - 1   ? "fresh"
-                                                        : "late";
-      const auto ms = [](Duration d) {
-        return std::chrono::duration<double, std::milli>(d).count();
-      };
-      n.medianArrivalMs = ms(engine_->arrivals().offsetQuantile(s, 0.5));
-      n.p90ArrivalMs = ms(engine_->arrivals().offsetQuantile(s, 0.9));
-      const auto& c = engine_->counters(s);
-      n.onTime = c.onTime;
-      n.late = c.late;
-      n.stale = c.stale;
-      n.duplicate = c.duplicate;
-      n.mixed = c.mixed;
-      n.frameGaps = c.gap;
-      n.frameCorrupt = c.corrupt;
-      n.rejected = traffic.rejectedFrom.at(node);
-      const Inflow inflow = transport_->inflow(node);
-      n.receivedBytes = inflow.bytes;
-      const auto sent = traffic.sentTo.find(node);
-      n.sentBytes = sent != traffic.sentTo.end() ? sent->second : 0;
-      n.bytesPerSecond = inflow.bytesPerSecond;
-      n.transferMs = ms(inflow.transfer);
-      status->neighbors.push_back(n);
-    }
-    status->accepted = traffic.accepted;
-    status->rejects = traffic.rejects();
-    status->discarded = traffic.discards();
-    status->sends = traffic.sendEvents();
-    status->connectionsClosed = traffic.connectionsClosed;
-    status->removedBy = traffic.removedBy;
-    status->bytesSent = traffic.bytesSent;
-    status->bytesReceived = bytesReceived();
+    fillNeighborsAndTraffic(*status, *engine_, *transport_, graphs_.graph(), t);
     status->samples = samples_;
     if (trainer_) status->trainer = trainer_->status();
     status->acceptFailures = board_.acceptFailures();
@@ -532,7 +490,7 @@ class Runner {
         worker_->recycle(std::move(result->gradient));  // what the engine held: often none
         if (result->evaluation) telemetry_.onEvaluation(result->round, *result->evaluation);
       }
-      applyHeldUpdate(t);
+      counted(feed_.takeDue(*engine_, t));
       handleCommands();
       serveCheckpoints();
       switchTopology();
@@ -566,7 +524,7 @@ class Runner {
       }
       Time wake = std::min({nextHello, nextProgress, statusRefresh_});
       if (engineWake) wake = std::min(wake, *engineWake);
-      if (held_) wake = std::min(wake, held_->due);
+      if (const auto due = feed_.due()) wake = std::min(wake, *due);
       waitForEvents(wake);
     }
   }
@@ -613,53 +571,15 @@ class Runner {
       awaitingTrainerInit_ = false;
       spdlog::info("initial parameters from the trainer");
     }
-    if (!update) return;
-    // An emulated straggler (straggler.*) holds the trainer's update as the
-    // built-in compute thread sleeps: the trainer's time counts as compute.
-    const Duration delay = std::chrono::duration_cast<Duration>(trainerStraggler_.extraDelay(
-        update->round, std::chrono::duration_cast<Duration>(update->elapsed)));
-    const Eigen::Map<const Vector> values = vectorOf(update->values);
-    const Eigen::Map<const Vector> gradient = vectorOf(update->gradient);
-    if (delay <= Duration::zero()) {
-      applyTrainerUpdate(*update, values, gradient, now());
-      return;
-    }
-    // A copy: the region is the trainer's.
-    held_.emplace(HeldUpdate{*update, values, gradient, now() + delay});
+    if (update) counted(feed_.take(*update, *engine_, now()));
   }
-  Eigen::Map<const Vector> vectorOf(std::span<const std::byte> bytes) const {
-    return {reinterpret_cast<const Scalar*>(bytes.data()),
-            static_cast<Eigen::Index>(bytes.size() / sizeof(Scalar))};
-  }
-  std::uint64_t bytesReceived() const {
-    std::uint64_t total = 0;
-    for (std::size_t s = 0; s < engine_->degree(); ++s)
-      total += transport_->inflow(engine_->nodeOfSlot(s)).bytes;
-    return total;
-  }
-  void applyHeldUpdate(Time t) {
-    if (!held_ || t < held_->due) return;
-    applyTrainerUpdate(held_->update, held_->values, held_->gradient, t);
-    held_.reset();
-  }
-  // `gradient`: empty, or the gradient at x_k a delta came from.
-  void applyTrainerUpdate(const TrainerUpdate& update, const Eigen::Ref<const Vector>& values,
-                          const Eigen::Ref<const Vector>& gradient, Time t) {
-    data::GradientStats stats;
-    stats.sampleVariance = update.gradVariance;
-    if (update.kind == consensus::UpdateKind::Gradient) {
-      stats.gradNormSq = static_cast<double>(values.squaredNorm());
-      engine_->onGradient(update.round, values, update.loss, stats, t);
-    } else if (gradient.size() > 0) {
-      stats.gradNormSq = static_cast<double>(gradient.squaredNorm());
-      engine_->onDelta(update.round, values, gradient, update.loss, stats, t);
-    } else {
-      engine_->onGradient(update.round, values, update.loss, stats, t, update.kind);
-    }
-    samples_ += update.samples.value_or(static_cast<std::uint64_t>(cfg_.train.batchSize));
-    if (update.accuracy || update.testLoss)
-      telemetry_.onEvaluation(update.round, {update.testLoss.value_or(telemetry_.testLoss()),
-                                             update.accuracy.value_or(telemetry_.accuracy())});
+  // What the node counts of an update the engine took.
+  void counted(const std::optional<FedUpdate>& fed) {
+    if (!fed) return;
+    samples_ += fed->samples.value_or(static_cast<std::uint64_t>(cfg_.train.batchSize));
+    if (fed->accuracy || fed->testLoss)
+      telemetry_.onEvaluation(fed->round, {fed->testLoss.value_or(telemetry_.testLoss()),
+                                           fed->accuracy.value_or(telemetry_.accuracy())});
   }
 
   // A neighbour whose estimates take about as long as a round (or longer)
@@ -739,7 +659,7 @@ class Runner {
                              {"checkpoint_failures", checkpoints_->failures()},
                              {"sends", traffic.sendEvents()},
                              {"sent_bytes", traffic.bytesSent},
-                             {"received_bytes", bytesReceived()},
+                             {"received_bytes", bytesReceived(*engine_, *transport_)},
                              {"samples", samples_}});
     publishStatus();
     worker_.reset();
@@ -776,14 +696,7 @@ class Runner {
   std::optional<Transport> transport_;
   std::unique_ptr<TrainerEndpoint> trainer_;  // model.kind: external
   bool awaitingTrainerInit_ = false;          // a fresh start waits for the trainer's x_0
-  struct HeldUpdate {
-    TrainerUpdate update;  // its spans are not used: `values` and `gradient` are the copies
-    Vector values;
-    Vector gradient;
-    Time due;
-  };
-  std::optional<HeldUpdate> held_;  // the trainer's update, until the emulated straggler's delay
-  consensus::Straggler trainerStraggler_{config::stragglerSpec(cfg_)};
+  TrainerFeed<Scalar> feed_{config::stragglerSpec(cfg_)};  // its updates to the engine
   std::optional<CheckpointWriter> checkpoints_;
   GraphChange graphs_;  // the graph in force, and a new one held until between rounds
   std::int64_t joinedAtRound_ = -1;
@@ -813,8 +726,8 @@ int runNode(const config::LoadedConfig& loaded, StatusBoard& board, int signalFd
   const auto run = [&](const config::LoadedConfig& config,
                        std::unique_ptr<TrainerEndpoint> trainer) {
     if (config::usesFloat64(config.config))
-      return Runner<double>(config, board, signalFd, wakeFd, service, std::move(trainer)).run();
-    return Runner<float>(config, board, signalFd, wakeFd, service, std::move(trainer)).run();
+      return Node<double>(config, board, signalFd, wakeFd, service, std::move(trainer)).run();
+    return Node<float>(config, board, signalFd, wakeFd, service, std::move(trainer)).run();
   };
   if (!config::shapeFromTrainer(loaded.config)) return run(loaded, nullptr);
   std::unique_ptr<TrainerEndpoint> trainer = awaitTrainerShape(loaded, signalFd, service);

@@ -1,4 +1,4 @@
-#include "service_notify.hpp"
+#include "os/service_notify.hpp"
 
 #include <sys/socket.h>
 #include <sys/un.h>

@@ -1,4 +1,4 @@
-#include "transport.hpp"
+#include "network/transport.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -8,7 +8,7 @@
 #include <zmq_addon.hpp>
 
 #include "consensusd/daemon/status_server.hpp"
-#include "resident.hpp"
+#include "os/resident.hpp"
 
 namespace consensusd::daemon {
 namespace {
