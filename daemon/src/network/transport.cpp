@@ -152,66 +152,15 @@ void Transport::setTopology(const topology::Topology& next, std::size_t self) {
                       kept != receivers_.end() ? std::move(kept->second) : makeReceiver(in.index));
     receivers.at(in.index).peer = in.index;
   }
-  // What speaks the old graph, in the new indices: every neighbour in both,
-  // until it says otherwise (a new one knows only the new graph).
-  std::set<std::size_t> wasNeighbor;
-  previousNeighbors_.clear();
-  toldRemoved_.clear();
-  for (const auto* list : {&last.inNeighbors(self_), &last.outNeighbors(self_)}) {
-    for (const topology::Neighbor& n : *list) {
-      wasNeighbor.insert(n.index);
-      previousNeighbors_.insert(last.node(n.index).id);
-    }
-  }
-  std::set<std::size_t> onPrevious;
-  for (const auto* list : {&next.inNeighbors(self), &next.outNeighbors(self)}) {
-    for (const topology::Neighbor& n : *list) {
-      const auto before = last.indexOf(next.node(n.index).id);
-      if (before && wasNeighbor.count(*before) != 0) onPrevious.insert(n.index);
-    }
-  }
-
-  previous_ = last;  // a copy: the caller replaces its own
-  previousSelf_ = self_;
+  dialect_.change(last, self_, next, self);
   topology_ = &next;
   self_ = self;
   options_.expect.topologyHash = next.hash();
-  onPrevious_ = std::move(onPrevious);
-  saidNewer_.clear();
   links_ = std::move(links);  // the rest close (linger: what is queued still goes out)
   for (const topology::Neighbor& out : next.outNeighbors(self))
     if (links_.count(out.index) == 0) links_.emplace(out.index, makeLink(out.index));
   receivers_ = std::move(receivers);
   if (zap_) zap_->admit(admittedKeys());
-}
-
-void Transport::speak(wire::Header& h, std::size_t peer) const {
-  if (!previous_ || onPrevious_.count(peer) == 0) return;
-  h.sender = static_cast<std::uint32_t>(previousSelf_);
-  h.topologyHash = previous_->hash();
-}
-
-std::optional<Transport::Spoken> Transport::spokenBy(std::size_t peer, std::uint64_t hash) const {
-  if (hash == options_.expect.topologyHash || !previous_ || hash != previous_->hash())
-    return Spoken{static_cast<std::uint32_t>(peer), options_.expect};  // validate() judges the hash
-  const auto there = previous_->indexOf(topology_->node(peer).id);
-  if (!there) return std::nullopt;
-  Spoken spoken{static_cast<std::uint32_t>(*there), options_.expect};
-  spoken.expect.topologyHash = hash;
-  return spoken;
-}
-
-void Transport::noteGraph(std::size_t peer, const wire::Header& h) {
-  if (!previous_) return;
-  if (h.topologyHash == options_.expect.topologyHash) {
-    onPrevious_.erase(peer);
-    saidNewer_.erase(peer);
-  } else if (h.kind == wire::Kind::Hello && (h.flags & wire::kHelloNewer) != 0) {
-    saidNewer_.insert(peer);  // it runs ours too, and waits for us to say so
-    onPrevious_.erase(peer);
-  } else if (saidNewer_.count(peer) == 0) {
-    onPrevious_.insert(peer);
-  }
 }
 
 Transport::~Transport() {
@@ -426,7 +375,7 @@ void Transport::flush(Link& link, Time now) {
 bool Transport::sendChunk(Link& link, const Outgoing& out, std::size_t at, Time now) {
   const std::size_t bytes = std::min(options_.chunkBytes, out.payload.size() - at);
   wire::Header h = out.header;
-  speak(h, link.peer);
+  dialect_.speak(h, link.peer);
   h.offset = at;
   h.payloadBytes = bytes;
   h.checksum = (*out.checksums)[at / options_.chunkBytes];
@@ -463,7 +412,7 @@ void Transport::sendControl(wire::Kind kind, std::int64_t round, std::uint64_t f
   for (auto& [node, link] : links_) {
     if (only && *only != node) continue;
     wire::Header spoken = h;
-    speak(spoken, node);
+    dialect_.speak(spoken, node);
     queueControl(link, wire::encode(spoken), false);
     flush(link, now);
   }
@@ -479,8 +428,8 @@ void Transport::keepAlive(std::int64_t round, Time now, bool idle) {
     // before the next chunk, so this is still true when the HELLO leaves.
     wire::Header h = header(wire::Kind::Hello, round);
     h.flags = (link.sending ? wire::kHelloSending : 0) | (idle ? wire::kHelloIdle : 0) |
-              (onPrevious_.count(node) != 0 ? wire::kHelloNewer : 0);
-    speak(h, node);
+              (dialect_.onPrevious(node) ? wire::kHelloNewer : 0);
+    dialect_.speak(h, node);
     const auto held = heldFrom_.find(node);
     h.base = held != heldFrom_.end() ? held->second : -1;
     queueControl(link, wire::encode(h), true);
@@ -514,7 +463,8 @@ void Transport::receiveReplies(Link& link, Time now) {
         const bool removed = h.kind == wire::Kind::Bye && h.flags == wire::kByeRemoved;
         if (h.kind != wire::Kind::Ready && h.kind != wire::Kind::Resync && !removed)
           why = wire::Reject::Kind;
-        const std::optional<Spoken> spoken = spokenBy(link.peer, h.topologyHash);
+        const auto spoken =
+            dialect_.spokenBy(link.peer, h.topologyHash, *topology_, options_.expect);
         if (!why && (!spoken || h.sender != spoken->sender))
           why = wire::Reject::Sender;
         else if (!why)
@@ -527,7 +477,7 @@ void Transport::receiveReplies(Link& link, Time now) {
       reject(peer, *why, "on the link to " + topology_->node(link.peer).id);
       continue;
     }
-    noteGraph(link.peer, h);
+    dialect_.heard(link.peer, h, options_.expect.topologyHash);
     if (h.kind == wire::Kind::Bye) {  // it dropped us: counted out like a node that left
       if (loggedRejects_.insert(topology_->node(link.peer).id + "/removed").second)
         spdlog::warn(
@@ -619,7 +569,7 @@ std::optional<std::variant<Inbound, Rejected>> Transport::receive(Time now) {
   }
   if (!from) return reject(std::nullopt, wire::Reject::NotNeighbor, "identity '" + who.name + "'");
   // A neighbour still on the graph we left speaks it (its hash, its index there).
-  const std::optional<Spoken> spoken = spokenBy(*from, h.topologyHash);
+  const auto spoken = dialect_.spokenBy(*from, h.topologyHash, *topology_, options_.expect);
   if (!spoken) return reject(from, wire::Reject::NotNeighbor, "not in the graph it speaks");
   if (h.sender != spoken->sender)
     return reject(from, wire::Reject::Sender, "header claims node " + std::to_string(h.sender));
@@ -628,7 +578,7 @@ std::optional<std::variant<Inbound, Rejected>> Transport::receive(Time now) {
   if (const auto why = wire::validate(h, payload, spoken->expect))
     return reject(from, *why,
                   *why == wire::Reject::Topology ? "their topology hash differs from ours" : "");
-  noteGraph(*from, h);
+  dialect_.heard(*from, h, options_.expect.topologyHash);
   if (!misread) noteRoutingId(*from, frames[0].to_string());
   if (h.kind == wire::Kind::Estimate &&
       (chunked_ || h.offset != 0 || h.payloadBytes != options_.expect.totalBytes(h.dtype)))
@@ -737,7 +687,7 @@ void Transport::sendReady(Receiver& in) {
 void Transport::reply(Receiver& in, const wire::Header& h) {
   if (in.routingId.empty()) return;  // not heard yet: no connection to answer on
   wire::Header spoken = h;
-  speak(spoken, in.peer);
+  dialect_.speak(spoken, in.peer);
   const auto bytes = wire::encode(spoken);
   // Dropped by ZeroMQ if that connection is gone or full; restated later.
   if (!router_.send(zmq::buffer(in.routingId),
@@ -749,14 +699,8 @@ void Transport::reply(Receiver& in, const wire::Header& h) {
 }
 
 void Transport::tellRemoved(const std::string& id, const std::string& routingId, Time now) {
-  if (!previous_ || previousNeighbors_.count(id) == 0) return;
-  const auto [due, fresh] = toldRemoved_.try_emplace(id, now);
-  if (!fresh && now < due->second) return;
-  due->second = now + options_.peerTimeout;
   wire::Header h = header(wire::Kind::Bye, lastSent_ ? lastSent_->header.round : 0);
-  h.sender = static_cast<std::uint32_t>(previousSelf_);
-  h.topologyHash = previous_->hash();
-  h.flags = wire::kByeRemoved;
+  if (!dialect_.tellRemoved(id, h, now, options_.peerTimeout)) return;
   const auto bytes = wire::encode(h);
   if (!router_.send(zmq::buffer(routingId), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
     return;

@@ -30,6 +30,7 @@
 #include "consensusd/consensus/round_engine.hpp"
 #include "consensusd/daemon/curve.hpp"
 #include "consensusd/daemon/wire.hpp"
+#include "network/graph_dialect.hpp"
 #include "os/owner_thread.hpp"
 
 namespace consensusd::daemon {
@@ -138,7 +139,7 @@ class Transport {
   // "Changing the graph"). `next` must outlive the transport, or the next call.
   void setTopology(const topology::Topology& next, std::size_t self);
   // Whether neighbour `node` still speaks the graph the last setTopology left.
-  bool onPreviousGraph(std::size_t node) const { return onPrevious_.count(node) != 0; }
+  bool onPreviousGraph(std::size_t node) const { return dialect_.onPrevious(node); }
 
   // Sends `payload` (kept alive by `owner` until every send completes) to
   // every out-neighbour as round `round`'s estimate; after link_delay if set.
@@ -266,17 +267,6 @@ class Transport {
   Link makeLink(std::size_t peer);
   Receiver makeReceiver(std::size_t peer) const;
   std::map<std::string, std::string> admittedKeys() const;  // CURVE: in-neighbours' keys -> ids
-  // Our sender index and graph hash as `peer` understands them.
-  void speak(wire::Header& h, std::size_t peer) const;
-  // A valid message from `peer` came in `h`'s graph: what we speak to it follows.
-  void noteGraph(std::size_t peer, const wire::Header& h);
-  // The sender index `peer` uses in the graph `hash` names, and the
-  // expectation to check its message with; none for a graph we do not know.
-  struct Spoken {
-    std::uint32_t sender;
-    wire::Expectation expect;
-  };
-  std::optional<Spoken> spokenBy(std::size_t peer, std::uint64_t hash) const;
   wire::Header header(wire::Kind kind, std::int64_t round) const;
   Outgoing outgoing(const wire::Header& h, std::shared_ptr<const void> owner,
                     std::span<const std::byte> payload, consensus::Time now) const;
@@ -313,13 +303,7 @@ class Transport {
   const topology::Topology* topology_;
   std::size_t self_;
   std::string routingId_;
-  // The graph the last setTopology left, and our index in it; neighbours
-  // (current index) that still speak it, and those whose HELLO said they
-  // run a newer one while speaking it.
-  std::optional<topology::Topology> previous_;
-  std::size_t previousSelf_ = 0;
-  std::set<std::size_t> onPrevious_;
-  std::set<std::size_t> saidNewer_;
+  GraphDialect dialect_;  // which graph each neighbour speaks while a change rolls out
   TransportOptions options_;
   std::size_t estimateBytes_;
   bool chunked_;  // estimates of more than one chunk
@@ -344,8 +328,6 @@ class Transport {
   std::deque<Outgoing> delayed_;      // held back by link_delay, oldest first
   std::optional<Outgoing> lastSent_;  // sent again to a neighbour that comes back
   std::set<std::string> loggedRejects_;
-  std::map<std::string, consensus::Time> toldRemoved_;  // id -> when it may be told again
-  std::set<std::string> previousNeighbors_;             // ids: the graph we left's neighbours
   std::deque<Inbound> replies_;  // handed out by receive() before the ROUTER's messages
   TrafficCounters counters_;
   std::mt19937_64 grants_;  // READY ids
