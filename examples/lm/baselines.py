@@ -74,7 +74,7 @@ def main():
         params = list(model.parameters())
         global_params = [p.detach().clone().requires_grad_(True) for p in params]
         outer = torch.optim.SGD(global_params, lr=args.outer_lr, momentum=args.outer_momentum,
-                                nesterov=True)
+                                nesterov=args.outer_momentum > 0)
     adamw = training.adamw(model.parameters(), args)
     reductions = 0
 

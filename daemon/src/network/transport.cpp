@@ -8,7 +8,6 @@
 #include <zmq_addon.hpp>
 
 #include "consensusd/daemon/status_server.hpp"
-#include "os/resident.hpp"
 
 namespace consensusd::daemon {
 namespace {
@@ -22,24 +21,6 @@ std::string randomHex() {
   const std::uint64_t bits = (std::uint64_t{device()} << 32) | device();
   return fmt::format("{:016x}", bits);
 }
-
-bool trySend(zmq::socket_t& dealer, const std::array<std::byte, wire::kHeaderSize>& header,
-             zmq::message_t payload) {
-  // The high-water mark is checked on the first frame only: the second cannot fail on it.
-  if (!dealer.send(zmq::buffer(header), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
-    return false;
-  return dealer.send(payload, zmq::send_flags::dontwait).has_value();
-}
-
-// A sent payload's share of its buffer, released by ZeroMQ's I/O thread.
-// libzmq hands the message over through pipes ThreadSanitizer cannot see
-// (Debian's build is not instrumented); the flag's release/acquire pair
-// makes the hand-over visible to it, for one uncontended atomic per send.
-struct PayloadReference {
-  std::shared_ptr<const void> owner;
-  std::atomic<bool> handedOver{false};
-  std::shared_ptr<std::atomic<std::int64_t>> unsent;  // the transport's count of these
-};
 
 template <std::size_t N, class Enum>
 std::map<std::string, std::uint64_t> named(const std::array<std::uint64_t, N>& counts,
@@ -89,14 +70,8 @@ Transport::Transport(const topology::Topology& topology, std::size_t self, Trans
   connectDealers();
 }
 
-Transport::Receiver Transport::makeReceiver(std::size_t peer) const {
-  Receiver receiver;
-  receiver.peer = peer;
-  if (chunked_) {  // the neighbour's buffer, resident now rather than in the first round
-    receiver.buffer = std::shared_ptr<std::byte[]>(new std::byte[estimateBytes_]);
-    makeResident({receiver.buffer.get(), estimateBytes_});
-  }
-  return receiver;
+ChunkReceiver Transport::makeReceiver(std::size_t peer) const {
+  return ChunkReceiver(peer, estimateBytes_, chunked_);
 }
 
 std::map<std::string, std::string> Transport::admittedKeys() const {
@@ -140,7 +115,7 @@ void Transport::setTopology(const topology::Topology& next, std::size_t self) {
       links.at(out.index).peer = out.index;
     }
   }
-  std::map<std::size_t, Receiver> receivers;
+  std::map<std::size_t, ChunkReceiver> receivers;
   peerIndex_.clear();
   peerBySender_.clear();
   for (const topology::Neighbor& in : next.inNeighbors(self)) {
@@ -150,7 +125,7 @@ void Transport::setTopology(const topology::Topology& next, std::size_t self) {
     const auto kept = receivers_.find(in.index);
     receivers.emplace(in.index,
                       kept != receivers_.end() ? std::move(kept->second) : makeReceiver(in.index));
-    receivers.at(in.index).peer = in.index;
+    receivers.at(in.index).setPeer(in.index);
   }
   dialect_.change(last, self_, next, self);
   topology_ = &next;
@@ -234,283 +209,6 @@ Transport::Link Transport::makeLink(std::size_t peer) {
   return link;
 }
 
-wire::Header Transport::header(wire::Kind kind, std::int64_t round) const {
-  wire::Header h;
-  h.kind = kind;
-  h.dtype = kind == wire::Kind::Estimate ? options_.expect.dtype : options_.expect.linkDtype();
-  h.sender = static_cast<std::uint32_t>(self_);
-  h.round = round;
-  h.dimension = options_.expect.dimension;
-  h.topologyHash = options_.expect.topologyHash;
-  return h;
-}
-
-// One buffer per round, shared by every neighbour's send (zero-copy): each
-// message holds a reference, the last send to complete frees it.
-void Transport::publish(std::int64_t round, std::shared_ptr<const void> owner,
-                        std::span<const std::byte> payload, Time now) {
-  owner_.check();
-  dispatch(outgoing(header(wire::Kind::Estimate, round), std::move(owner), payload, now), now);
-}
-
-void Transport::publishCompressed(std::int64_t round, std::shared_ptr<const void> copyOwner,
-                                  std::span<const std::byte> copy,
-                                  std::optional<CompressedFrame> frame, Time now) {
-  owner_.check();
-  Outgoing out = outgoing(header(wire::Kind::Estimate, round), std::move(copyOwner), copy, now);
-  if (frame) {
-    wire::Header h = header(wire::Kind::Estimate, round);
-    h.dtype = options_.expect.linkDtype();
-    h.base = frame->base;
-    out.frame =
-        std::make_shared<const Outgoing>(outgoing(h, std::move(frame->owner), frame->bytes, now));
-  }
-  dispatch(std::move(out), now);
-}
-
-Transport::Outgoing Transport::outgoing(const wire::Header& h, std::shared_ptr<const void> owner,
-                                        std::span<const std::byte> payload, Time now) const {
-  // One checksum per chunk, computed once for every neighbour.
-  auto checksums = std::make_shared<std::vector<std::uint32_t>>();
-  for (std::size_t at = 0; at < payload.size(); at += options_.chunkBytes)
-    checksums->push_back(
-        wire::checksum(payload.data() + at, std::min(options_.chunkBytes, payload.size() - at)));
-  return {h.round, now, h, std::move(owner), payload, std::move(checksums), nullptr};
-}
-
-void Transport::dispatch(Outgoing out, Time now) {
-  if (const consensus::Duration delay =
-          options_.linkDelay ? options_.linkDelay(out.round) : consensus::Duration::zero();
-      delay > consensus::Duration::zero()) {
-    out.due = now + delay;
-    delayed_.push_back(std::move(out));
-    return;
-  }
-  sendToAll(std::move(out), now);
-}
-
-void Transport::sendToAll(Outgoing out, Time now) {
-  lastSent_ = std::move(out);
-  for (auto& [node, link] : links_) queueEstimate(link, *lastSent_, now);
-}
-
-void Transport::sendDue(Time now) {
-  owner_.check();
-  while (!delayed_.empty() && delayed_.front().due <= now) {
-    sendToAll(std::move(delayed_.front()), now);
-    delayed_.pop_front();
-  }
-}
-
-std::optional<Time> Transport::nextDue() const {
-  if (delayed_.empty()) return std::nullopt;
-  return delayed_.front().due;
-}
-
-// Only the newest estimate matters: it replaces one still waiting for room
-// (or, in chunks, for the neighbour's READY). One being sent goes on.
-void Transport::queueEstimate(Link& link, const Outgoing& out, Time now) {
-  if (link.sending && link.sending->round >= out.round) return;
-  if (link.estimate) ++counters_.sends[static_cast<std::size_t>(SendEvent::Superseded)];
-  link.estimate = out;
-  flush(link, now);
-  if (link.estimate) ++counters_.sends[static_cast<std::size_t>(SendEvent::Deferred)];
-}
-
-// A sent payload's share of its buffer, released by ZeroMQ's I/O thread.
-// libzmq hands the message over through pipes ThreadSanitizer cannot see
-// (Debian's build is not instrumented); the flag's release/acquire pair
-// makes the hand-over visible to it, for one uncontended atomic per send.
-namespace {
-zmq::message_t referencing(const std::shared_ptr<const void>& owner,
-                           std::span<const std::byte> bytes,
-                           const std::shared_ptr<std::atomic<std::int64_t>>& unsent) {
-  auto* hint = new PayloadReference{owner, {}, unsent};
-  unsent->fetch_add(1, std::memory_order_relaxed);
-  hint->handedOver.store(true, std::memory_order_release);
-  // ZeroMQ never writes a message it sends: the const_cast only fits its signature.
-  return zmq::message_t(
-      const_cast<std::byte*>(bytes.data()), bytes.size(),  // NOLINT(*-const-cast)
-      [](void* /*data*/, void* h) {
-        auto* reference = static_cast<PayloadReference*>(h);
-        [[maybe_unused]] const bool seen = reference->handedOver.load(std::memory_order_acquire);
-        reference->unsent->fetch_sub(1, std::memory_order_release);
-        delete reference;  // on a ZeroMQ I/O thread, once the send is done
-      },
-      hint);
-}
-}  // namespace
-
-// Sends what waits on `link` until its queue is full (never blocks):
-// controls first, then the estimate, whole or chunk by chunk (a control
-// queued meanwhile goes before the next chunk).
-void Transport::flush(Link& link, Time now) {
-  for (;;) {
-    while (!link.controls.empty()) {
-      if (!trySend(link.dealer, link.controls.front().bytes, zmq::message_t())) return;
-      if (link.controls.front().hello) link.helloWaiting = false;
-      link.controls.pop_front();
-    }
-    if (!link.sending) {
-      // In chunks, an estimate begins only on a READY it has not used.
-      if (!link.estimate || (chunked_ && !link.grant)) return;
-      const Outgoing& frame = link.estimate->frame ? *link.estimate->frame : *link.estimate;
-      const bool inStep = link.estimate->frame && frame.header.base == link.copyRound;
-      if (!sendChunk(link, inStep ? frame : *link.estimate, 0, now)) return;
-      link.copyRound = link.estimate->round;
-      if (chunked_) {
-        link.usedGrant = *link.grant;
-        link.grant.reset();
-      }
-      link.estimate.reset();
-      continue;
-    }
-    if (!sendChunk(link, *link.sending, link.sentBytes, now)) return;
-  }
-}
-
-// The chunk of `out` from byte `at` (all of it when it fits one); false
-// when the queue is full. The estimate is `link.sending` until its last
-// chunk is out.
-bool Transport::sendChunk(Link& link, const Outgoing& out, std::size_t at, Time now) {
-  const std::size_t bytes = std::min(options_.chunkBytes, out.payload.size() - at);
-  wire::Header h = out.header;
-  dialect_.speak(h, link.peer);
-  h.offset = at;
-  h.payloadBytes = bytes;
-  h.checksum = (*out.checksums)[at / options_.chunkBytes];
-  if (!trySend(link.dealer, wire::encode(h),
-               referencing(out.owner, out.payload.subspan(at, bytes), unsent_)))
-    return false;
-  counters_.bytesSent += bytes;
-  counters_.sentTo[link.peer] += bytes;
-  if (at + bytes == out.payload.size()) {
-    link.sending.reset();
-    link.usedUntil = now + options_.peerTimeout;
-  } else {
-    if (at == 0) link.sending = out;
-    link.sentBytes = at + bytes;
-  }
-  return true;
-}
-
-void Transport::queueControl(Link& link, const std::array<std::byte, wire::kHeaderSize>& bytes,
-                             bool hello) {
-  if (link.controls.size() >= kMaxPendingControls) {
-    if (link.controls.front().hello) link.helloWaiting = false;
-    link.controls.pop_front();
-    ++counters_.sends[static_cast<std::size_t>(SendEvent::Dropped)];
-  }
-  link.controls.push_back({bytes, hello});
-}
-
-void Transport::sendControl(wire::Kind kind, std::int64_t round, std::uint64_t flags,
-                            std::optional<std::size_t> only, Time now) {
-  owner_.check();
-  wire::Header h = header(kind, round);
-  h.flags = flags;
-  for (auto& [node, link] : links_) {
-    if (only && *only != node) continue;
-    wire::Header spoken = h;
-    dialect_.speak(spoken, node);
-    queueControl(link, wire::encode(spoken), false);
-    flush(link, now);
-  }
-}
-
-void Transport::keepAlive(std::int64_t round, Time now, bool idle) {
-  owner_.check();
-  for (auto& [node, link] : links_) {
-    if (!listens_) receiveReplies(link, now);  // a BYE saying it removed us, if any
-    if (link.helloWaiting) continue;           // the one waiting says as much
-    link.helloWaiting = true;
-    // Whether an estimate in chunks to it is under way: a control goes out
-    // before the next chunk, so this is still true when the HELLO leaves.
-    wire::Header h = header(wire::Kind::Hello, round);
-    h.flags = (link.sending ? wire::kHelloSending : 0) | (idle ? wire::kHelloIdle : 0) |
-              (dialect_.onPrevious(node) ? wire::kHelloNewer : 0);
-    dialect_.speak(h, node);
-    const auto held = heldFrom_.find(node);
-    h.base = held != heldFrom_.end() ? held->second : -1;
-    queueControl(link, wire::encode(h), true);
-    flush(link, now);
-  }
-  for (auto& [peer, in] : receivers_)
-    if (in.grant != 0) sendReady(in);  // restated: the same grant
-}
-
-// What the neighbour answers on our DEALER. In chunks, READY: its buffer
-// for us is free. A READY we already used, restated before our estimate
-// reached it, grants nothing; a new one while we send means it dropped what
-// it had of ours: start again. With compression, RESYNC: a frame of ours
-// did not fit its copy, so the next goes whole (now, if nothing waits).
-void Transport::receiveReplies(Link& link, Time now) {
-  std::vector<zmq::message_t> frames;
-  while (zmq::recv_multipart(link.dealer, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
-    const std::optional<std::size_t> peer =
-        receivers_.count(link.peer) != 0 ? std::optional(link.peer) : std::nullopt;
-    std::optional<wire::Reject> why;
-    wire::Header h;
-    if (frames.size() != 2) {
-      why = wire::Reject::Frames;
-    } else {
-      const auto decoded =
-          wire::decodeHeader({static_cast<const std::byte*>(frames[0].data()), frames[0].size()});
-      if (const auto* bad = std::get_if<wire::Reject>(&decoded)) {
-        why = *bad;
-      } else {
-        h = std::get<wire::Header>(decoded);
-        const bool removed = h.kind == wire::Kind::Bye && h.flags == wire::kByeRemoved;
-        if (h.kind != wire::Kind::Ready && h.kind != wire::Kind::Resync && !removed)
-          why = wire::Reject::Kind;
-        const auto spoken =
-            dialect_.spokenBy(link.peer, h.topologyHash, *topology_, options_.expect);
-        if (!why && (!spoken || h.sender != spoken->sender))
-          why = wire::Reject::Sender;
-        else if (!why)
-          why = wire::validate(h, {}, spoken->expect);
-        if (!why && frames[1].size() != 0) why = wire::Reject::Length;
-      }
-    }
-    frames.clear();
-    if (why) {
-      reject(peer, *why, "on the link to " + topology_->node(link.peer).id);
-      continue;
-    }
-    dialect_.heard(link.peer, h, options_.expect.topologyHash);
-    if (h.kind == wire::Kind::Bye) {  // it dropped us: counted out like a node that left
-      if (loggedRejects_.insert(topology_->node(link.peer).id + "/removed").second)
-        spdlog::warn(
-            "{} removed this node from its graph: it no longer mixes our estimates "
-            "(apply the new topology here, or stop this node)",
-            topology_->node(link.peer).id);
-      ++counters_.removedBy;
-      if (replies_.size() < links_.size())
-        replies_.push_back(Inbound{link.peer, h, false, nullptr, {}});
-      continue;
-    }
-    if (h.kind == wire::Kind::Resync) {
-      if (options_.expect.compression == consensus::Compression::None) continue;
-      link.copyRound = -1;
-      if (!link.estimate && !link.sending && lastSent_) link.estimate = lastSent_;
-      flush(link, now);
-      continue;
-    }
-    if (!chunked_) continue;
-    const std::uint64_t id = h.flags;
-    if (id == link.usedGrant && (link.sending || now < link.usedUntil)) continue;
-    link.grant = id;
-    if (link.sending) {  // it gave up on the estimate we are sending: begin again, whole
-      link.sending.reset();
-      link.copyRound = -1;
-      if (!link.estimate) link.estimate = lastSent_;  // the newest: as new as the one dropped
-    }
-    // It lacks our newest (lost with a connection, or it started after we sent it).
-    if (!link.estimate && lastSent_ && h.round < lastSent_->round) link.estimate = lastSent_;
-    flush(link, now);
-  }
-}
-
 Rejected Transport::reject(std::optional<std::size_t> peer, wire::Reject reason,
                            const std::string& detail) {
   ++counters_.rejected[static_cast<std::size_t>(reason)];
@@ -583,16 +281,15 @@ std::optional<std::variant<Inbound, Rejected>> Transport::receive(Time now) {
   if (h.kind == wire::Kind::Estimate &&
       (chunked_ || h.offset != 0 || h.payloadBytes != options_.expect.totalBytes(h.dtype)))
     return receiveChunk(*from, h, frames[2], now);
-  Receiver& in = receivers_.at(*from);
-  if (h.kind == wire::Kind::Estimate) in.flow.bytes += h.payloadBytes;
+  ChunkReceiver& in = receivers_.at(*from);
+  if (h.kind == wire::Kind::Estimate) in.countWhole(h.payloadBytes);
   // The sender's chunks and its HELLO or BYE come in order on one
   // connection: one saying no estimate is under way, while we still wait for
   // part of one, means that part was lost (the connection dropped it).
-  if (in.round && (h.kind == wire::Kind::Bye ||
-                   (h.kind == wire::Kind::Hello && (h.flags & wire::kHelloSending) == 0))) {
-    reject(*from, wire::Reject::Truncated,
-           "round " + std::to_string(*in.round) + ": the sender sends no more of it");
-    abandon(in);
+  if (h.kind == wire::Kind::Bye ||
+      (h.kind == wire::Kind::Hello && (h.flags & wire::kHelloSending) == 0)) {
+    if (const auto cut = in.endOfSending("the sender sends no more of it"))
+      reject(*from, cut->reason, cut->detail);
   }
   auto message = std::make_shared<zmq::message_t>(std::move(frames[2]));
   const std::span<const std::byte> bytes(static_cast<const std::byte*>(message->data()),
@@ -606,91 +303,39 @@ std::optional<std::variant<Inbound, Rejected>> Transport::receiveChunk(std::size
                                                                        const wire::Header& h,
                                                                        zmq::message_t& payload,
                                                                        Time now) {
-  Receiver& in = receivers_.at(from);
-  if (h.offset == 0) {
-    if (in.round) {
-      reject(
-          from, wire::Reject::Truncated,
-          "round " + std::to_string(*in.round) + " gave way to round " + std::to_string(h.round));
-      abandon(in);
-    }
-    in.grant = 0;  // used (or ignored): a new one once the buffer is free again
-    if (in.buffer && in.buffer.use_count() > 1) {
-      in.dropping = h.round;
-      return reject(from, wire::Reject::Overrun,
-                    "round " + std::to_string(h.round) + " before our READY");
-    }
-    in.dropping.reset();
-    if (!in.buffer)
-      in.buffer = std::shared_ptr<std::byte[]>(
-          new std::byte[estimateBytes_]);  // a sender that splits a small estimate
-    in.round = h.round;
-    in.received = 0;
-    in.header = h;
-    in.firstAt = now;
-  } else if (!in.round || *in.round != h.round || h.offset != in.received ||
-             h.dtype != in.header.dtype) {
-    if (in.dropping == h.round) return reject(from, wire::Reject::Overrun);
-    // A gap in the estimate being received: it can never be whole.
-    if (in.round && *in.round == h.round) abandon(in);
-    return reject(from, wire::Reject::ChunkOrder,
-                  "round " + std::to_string(h.round) + " at byte " + std::to_string(h.offset));
-  }
-  std::memcpy(in.buffer.get() + h.offset, payload.data(), payload.size());
-  in.received += payload.size();
-  in.flow.bytes += payload.size();
-  const std::uint64_t total = options_.expect.totalBytes(in.header.dtype);
-  if (in.received < total) return Inbound{from, h, true, nullptr, {}};
-  // Whole: the mailbox keeps it in the buffer, which stays ours to fill
-  // again once every holder has let go.
-  wire::Header whole = in.header;
-  whole.payloadBytes = total;
-  in.round.reset();
-  in.delivered = std::max(in.delivered, whole.round);
-  in.flow.transfer = now - in.firstAt;
-  const std::span<const std::byte> bytes(in.buffer.get(), total);
-  return Inbound{from, whole, false, std::shared_ptr<const void>(in.buffer, in.buffer.get()),
-                 bytes};
+  const std::span bytes(static_cast<const std::byte*>(payload.data()), payload.size());
+  return counted(from, receivers_.at(from).take(h, bytes, options_.expect, now));
 }
 
-// A half-received estimate that can never be finished: dropped, and the
-// sender told to send again (a new READY once the buffer is free).
-void Transport::abandon(Receiver& in) {
-  in.round.reset();
-  in.received = 0;
-  in.grant = 0;
+std::optional<std::variant<Inbound, Rejected>> Transport::counted(std::size_t from,
+                                                                  ChunkReceiver::Outcome outcome) {
+  if (outcome.cutOff) reject(from, outcome.cutOff->reason, outcome.cutOff->detail);
+  if (outcome.refused) return reject(from, outcome.refused->reason, outcome.refused->detail);
+  const bool partial = outcome.owner == nullptr;
+  return Inbound{from, outcome.header, partial, std::move(outcome.owner), outcome.bytes};
 }
 
 // A neighbour's messages from another connection (it restarted, or
 // reconnected): what the old one was sending will not go on, and READY
 // must go to the new one.
 void Transport::noteRoutingId(std::size_t peer, const std::string& routingId) {
-  Receiver& in = receivers_.at(peer);
-  if (in.routingId == routingId) return;
-  const bool changed = !in.routingId.empty();
-  in.routingId = routingId;
-  if (!chunked_ || !changed) return;
-  if (in.round) {
-    reject(peer, wire::Reject::Truncated,
-           "round " + std::to_string(*in.round) + ": the sender reconnected");
-    abandon(in);
-  }
-  in.grant = 0;  // offered again, on the new connection
+  if (const auto cut = receivers_.at(peer).heardOn(routingId, chunked_))
+    reject(peer, cut->reason, cut->detail);
 }
 
-void Transport::sendReady(Receiver& in) {
-  wire::Header h = header(wire::Kind::Ready, in.delivered);
-  h.flags = in.grant;
+void Transport::sendReady(ChunkReceiver& in) {
+  wire::Header h = header(wire::Kind::Ready, in.delivered());
+  h.flags = in.grant();
   reply(in, h);
 }
 
-void Transport::reply(Receiver& in, const wire::Header& h) {
-  if (in.routingId.empty()) return;  // not heard yet: no connection to answer on
+void Transport::reply(ChunkReceiver& in, const wire::Header& h) {
+  if (in.routingId().empty()) return;  // not heard yet: no connection to answer on
   wire::Header spoken = h;
-  dialect_.speak(spoken, in.peer);
+  dialect_.speak(spoken, in.peer());
   const auto bytes = wire::encode(spoken);
   // Dropped by ZeroMQ if that connection is gone or full; restated later.
-  if (!router_.send(zmq::buffer(in.routingId),
+  if (!router_.send(zmq::buffer(in.routingId()),
                     zmq::send_flags::sndmore | zmq::send_flags::dontwait))
     return;
   if (!router_.send(zmq::buffer(bytes), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
@@ -711,35 +356,13 @@ void Transport::tellRemoved(const std::string& id, const std::string& routingId,
 
 void Transport::offerBuffers(Time now) {
   owner_.check();
-  for (auto& [peer, in] : receivers_) {
-    // The bytes per second, over a second or more.
-    if (now - in.windowStart >= std::chrono::seconds(1)) {
-      in.flow.bytesPerSecond = static_cast<double>(in.flow.bytes - in.windowBytes) /
-                               std::chrono::duration<double>(now - in.windowStart).count();
-      in.windowBytes = in.flow.bytes;
-      in.windowStart = now;
-    }
-    if (!chunked_) continue;
-    // READY goes back on the connection the neighbour speaks on: none until it spoke.
-    const bool free = !in.round && (!in.buffer || in.buffer.use_count() == 1);
-    if (!free || in.grant != 0 || in.routingId.empty()) continue;
-    std::uniform_int_distribution<std::uint64_t> any(1);
-    in.grant = any(grants_);
-    sendReady(in);
-  }
-}
-
-bool Transport::sending() const {
-  if (unsent_->load(std::memory_order_acquire) > 0) return true;  // in ZeroMQ's queues
-  for (const auto& [node, link] : links_)
-    if (link.sending || !link.controls.empty() || (link.estimate && (!chunked_ || link.grant)))
-      return true;
-  return false;
+  for (auto& [peer, in] : receivers_)
+    if (in.offer(chunked_, grants_, now)) sendReady(in);
 }
 
 Inflow Transport::inflow(std::size_t peer) const {
   const auto it = receivers_.find(peer);
-  return it != receivers_.end() ? it->second.flow : Inflow{};
+  return it != receivers_.end() ? it->second.flow() : Inflow{};
 }
 
 void Transport::settle(const Inbound& message, consensus::Receipt receipt, Time now) {
@@ -775,44 +398,6 @@ void Transport::settle(const Inbound& message, consensus::Receipt receipt, Time 
     onKeepAliveRound(message.from, message.header.round, message.header.base, now);
   if (message.header.kind == wire::Kind::Bye)
     spdlog::info("{} said goodbye", topology_->node(message.from).id);
-}
-
-// A neighbour heard for the first time, or again after a silence: it may
-// have missed our estimate (not yet connected, restarted), so send it again.
-void Transport::welcome(std::size_t peer, Time now) {
-  const auto heard = lastHeard_.find(peer);
-  const bool returning = heard == lastHeard_.end() || now - heard->second > options_.peerTimeout;
-  lastHeard_[peer] = now;
-  if (!returning) return;
-  if (heard != lastHeard_.end()) spdlog::info("{} is back", topology_->node(peer).id);
-  if (!chunked_) resendTo(peer, now);  // in chunks, its READY says what it lacks
-}
-
-void Transport::resendTo(std::size_t peer, Time now) {
-  if (const auto link = links_.find(peer); link != links_.end() && lastSent_) {
-    // Compressed: the frame again, on the guess that the one sent was lost
-    // (if not, it is a duplicate there; a copy anywhere else answers RESYNC).
-    link->second.copyRound = lastSent_->frame ? lastSent_->frame->header.base : -1;
-    queueEstimate(link->second, *lastSent_, now);
-  }
-}
-
-// A neighbour whose keep-alives report the same round twice in a row is
-// stuck; if our newest estimate is one it can use and its keep-alive says it
-// does not hold it (`held`: the newest of ours it stored), it may have been
-// lost with a dropped connection: send it again (at most once per
-// keep-alive). A neighbour stuck on something else (its compute, a slow
-// trainer) holds it: nothing is resent. In chunks, its READY says what it
-// lacks instead (receiveReady).
-void Transport::onKeepAliveRound(std::size_t peer, std::int64_t round, std::int64_t held,
-                                 Time now) {
-  const auto [previous, fresh] = helloRounds_.try_emplace(peer, round);
-  if (fresh) return;
-  const bool stuck = previous->second == round;
-  previous->second = round;
-  if (stuck && !chunked_ && lastSent_ && lastSent_->round >= round - options_.staleness &&
-      held < lastSent_->round)
-    resendTo(peer, now);
 }
 
 void Transport::receiveEvents() {

@@ -8,7 +8,9 @@
 // it sends. Every message in is either an Inbound (validated: identity,
 // header, payload) or a counted, logged reject; the engine's verdict on an
 // Inbound comes back through settle(). Payloads are bytes: nothing here
-// depends on the parameter type. Owned by the engine thread.
+// depends on the parameter type. Owned by the engine thread. Defined in
+// transport.cpp (sockets, receiving) and sending.cpp; its parts are the
+// ChunkReceiver (one per in-neighbour) and the GraphDialect.
 
 #include <array>
 #include <atomic>
@@ -30,6 +32,7 @@
 #include "consensusd/consensus/round_engine.hpp"
 #include "consensusd/daemon/curve.hpp"
 #include "consensusd/daemon/wire.hpp"
+#include "network/chunk_receiver.hpp"
 #include "network/graph_dialect.hpp"
 #include "os/owner_thread.hpp"
 
@@ -84,13 +87,6 @@ struct TrafficCounters {
 
 const char* toString(SendEvent event);
 const char* toString(Discard discard);
-
-// What arrives from one in-neighbour, for status and metrics.
-struct Inflow {
-  std::uint64_t bytes = 0;         // estimate payload received (every valid chunk)
-  double bytesPerSecond = 0;       // over the last second or more
-  consensus::Duration transfer{};  // its last estimate of several chunks: first chunk to last
-};
 
 struct Inbound {
   std::size_t from = 0;  // topology index of the in-neighbour
@@ -239,23 +235,6 @@ class Transport {
     std::int64_t copyRound = -1;
   };
   static constexpr std::size_t kMaxPendingControls = 64;
-  // One per in-neighbour, with estimates in chunks: the buffer the next
-  // estimate is assembled in, which the engine's mailbox then keeps in place.
-  struct Receiver {
-    std::size_t peer = 0;   // topology index
-    std::string routingId;  // the connection a READY goes back on
-    std::shared_ptr<std::byte[]> buffer;
-    std::optional<std::int64_t> round;  // the estimate being received
-    std::uint64_t received = 0;         // its bytes so far
-    wire::Header header;                // its first chunk's
-    consensus::Time firstAt{};
-    std::optional<std::int64_t> dropping;  // chunks of this round are overrun: dropped
-    std::uint64_t grant = 0;               // the READY offered; 0: none since the last estimate
-    std::int64_t delivered = -1;           // newest round received whole
-    Inflow flow;
-    std::uint64_t windowBytes = 0;  // flow.bytes at windowStart
-    consensus::Time windowStart{};
-  };
   struct Identity {
     std::string name;  // for the log
     std::optional<std::size_t> peer;
@@ -265,7 +244,7 @@ class Transport {
   void openRouter();
   void connectDealers();
   Link makeLink(std::size_t peer);
-  Receiver makeReceiver(std::size_t peer) const;
+  ChunkReceiver makeReceiver(std::size_t peer) const;
   std::map<std::string, std::string> admittedKeys() const;  // CURVE: in-neighbours' keys -> ids
   wire::Header header(wire::Kind kind, std::int64_t round) const;
   Outgoing outgoing(const wire::Header& h, std::shared_ptr<const void> owner,
@@ -282,10 +261,12 @@ class Transport {
                                                               const wire::Header& h,
                                                               zmq::message_t& payload,
                                                               consensus::Time now);
-  static void abandon(Receiver& in);
-  void sendReady(Receiver& in);
+  // Counts what a chunk refused; the Inbound it makes, if any.
+  std::optional<std::variant<Inbound, Rejected>> counted(std::size_t from,
+                                                         ChunkReceiver::Outcome outcome);
+  void sendReady(ChunkReceiver& in);
   // A control on the connection `in` speaks on (READY, RESYNC); dropped if it is gone.
-  void reply(Receiver& in, const wire::Header& h);
+  void reply(ChunkReceiver& in, const wire::Header& h);
   // A neighbour the last change removed, still sending on `routingId`: told
   // so (BYE flagged removed, in the graph it runs), at most once per peer timeout.
   void tellRemoved(const std::string& id, const std::string& routingId, consensus::Time now);
@@ -316,7 +297,7 @@ class Transport {
   zmq::socket_t monitor_;                   // the router's connection events
   std::unique_ptr<curve::ZapHandler> zap_;  // with security.curve
   std::map<std::size_t, Link> links_;
-  std::map<std::size_t, Receiver> receivers_;          // per in-neighbour
+  std::map<std::size_t, ChunkReceiver> receivers_;     // per in-neighbour
   std::vector<Link*> waiting_;                         // links polled for room, in append()'s order
   std::map<std::string, std::size_t> peerIndex_;       // node id -> in-neighbour
   std::map<std::uint32_t, std::size_t> peerBySender_;  // header sender -> in-neighbour
