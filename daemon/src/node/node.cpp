@@ -16,10 +16,14 @@
 #include "consensusd/data/partition.hpp"
 #include "consensusd/schema/yaml_tree.hpp"
 #include "consensusd/version.hpp"
-#include "durability/checkpoint_writer.hpp"
+#include "durability/checkpoint_requests.hpp"
+#include "network/link_watch.hpp"
 #include "network/transport.hpp"
+#include "node/deliver.hpp"
 #include "node/graph_change.hpp"
 #include "node/status_snapshot.hpp"
+#include "node/trainer_start.hpp"
+#include "os/event_fd.hpp"
 #include "os/resident.hpp"
 #include "os/service_notify.hpp"
 #include "status/telemetry.hpp"
@@ -38,50 +42,6 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kStatusEvery = std::chrono::milliseconds(50);
 // Without rounds (a stalled or paused node), rejects and suspects still show within this.
 constexpr auto kStatusRefresh = std::chrono::seconds(1);
-
-TrainerOptions trainerOptions(const config::NodeConfig& cfg, const config::LoadedConfig& loaded) {
-  TrainerOptions options;
-  options.socket = cfg.trainer.socket;
-  if (loaded.trainerGroup) options.group = static_cast<gid_t>(*loaded.trainerGroup);
-  options.dimension = cfg.model.dimension == config::kAutoDimension
-                          ? 0
-                          : static_cast<std::size_t>(cfg.model.dimension);
-  if (cfg.model.dtype == config::kAuto)
-    options.dtype.reset();
-  else
-    options.dtype = config::usesFloat64(cfg) ? wire::Dtype::Float64 : wire::Dtype::Float32;
-  return options;
-}
-
-// The signal a signalfd holds: SIGTERM, SIGINT or SIGHUP (0 if none).
-std::uint32_t readSignal(int signalFd) {
-  signalfd_siginfo info{};
-  return ::read(signalFd, &info, sizeof info) == sizeof info ? info.ssi_signo : 0;
-}
-
-// model.dimension/dtype: auto: binds the trainer socket and waits for the
-// first trainer, whose parameters decide the node's, before the node binds
-// its port or joins its neighbours. Null when stopped (SIGTERM/SIGINT) first.
-std::unique_ptr<TrainerEndpoint> awaitTrainerShape(const config::LoadedConfig& loaded, int signalFd,
-                                                   ServiceNotifier& service) {
-  auto endpoint = std::make_unique<TrainerEndpoint>(trainerOptions(loaded.config, loaded));
-  spdlog::info("waiting for a trainer at {}: its parameters decide the node's",
-               loaded.config.trainer.socket);
-  service.status("waiting for a trainer at " + loaded.config.trainer.socket);
-  std::vector<zmq::pollitem_t> items;
-  while (!endpoint->shape()) {
-    service.extendStart(60);  // waiting for the trainer is not a hung start
-    items = {{nullptr, signalFd, ZMQ_POLLIN, 0}};
-    endpoint->append(items);
-    zmq::poll(items, std::chrono::seconds(20));
-    if ((items[0].revents & ZMQ_POLLIN) && readSignal(signalFd) != SIGHUP) {
-      spdlog::info("stopped before a trainer attached");
-      return nullptr;
-    }
-    endpoint->serve(std::span(items).subspan(1));
-  }
-  return endpoint;
-}
 
 template <class Scalar>
 class Node {
@@ -107,6 +67,7 @@ class Node {
   int run() {
     loadData();
     transport_.emplace(graphs_.graph(), graphs_.self(), transportOptions());
+    linkWatch_.emplace(dimension_ * sizeof(Scalar));
     if (config::isExternal(cfg_) && !trainer_)
       trainer_ = std::make_unique<TrainerEndpoint>(trainerOptions(cfg_, loaded_));
     resume();
@@ -186,6 +147,8 @@ class Node {
     identity.dimension = dimension_;
     checkpoints_.emplace(cfg_.checkpoint.dir, static_cast<std::size_t>(cfg_.checkpoint.keep),
                          identity, wakeFd_);
+    saves_.emplace(
+        *checkpoints_, [this] { return checkpointState(); }, [this] { publishStatus(); });
     Vector params = worker_
                         ? worker_->initialParams(static_cast<std::uint64_t>(cfg_.model.initSeed))
                         : Vector::Zero(static_cast<Eigen::Index>(dimension_));
@@ -217,91 +180,22 @@ class Node {
       auto received = transport_->receive(now());
       if (!received) return;
       if (auto* message = std::get_if<Inbound>(&*received))
-        transport_->settle(*message, deliver(*message), now());
+        transport_->settle(*message, deliver(*engine_, *message, aligned_, now()), now());
     }
   }
 
-  // A validated message to the engine, which checks its round first.
-  consensus::Receipt deliver(const Inbound& message) {
-    const wire::Header& h = message.header;
-    if (message.partial) return engine_->onArriving(message.from, h.round, now());
-    switch (h.kind) {
-      case wire::Kind::Estimate: {
-        const std::span<const std::byte> payload = message.payload;
-        if (h.dtype != dtype())  // a compressed frame: onto the neighbour's copy
-          return engine_->onFrame(message.from, h.round, h.base, payload, now());
-        const Scalar* values = reinterpret_cast<const Scalar*>(payload.data());
-        if (reinterpret_cast<std::uintptr_t>(values) % alignof(Scalar) != 0) {
-          aligned_.resize(static_cast<Eigen::Index>(dimension_));
-          std::memcpy(aligned_.data(), payload.data(), payload.size());
-          return engine_->onEstimate(message.from, h.round, aligned_.data(), now());  // copied
-        }
-        // Kept in place: the mailbox holds the received message (or the
-        // neighbour's receive buffer), no copy.
-        return engine_->onEstimate(message.from, h.round, values, now(), message.owner);
-      }
-      case wire::Kind::Decision:
-        return engine_->onDecision(message.from, h.round, h.flags == 1, now());
-      case wire::Kind::Ready:  // the transport's own: never handed out
-      case wire::Kind::Resync:
-      case wire::Kind::Hello:
-      case wire::Kind::Bye:
-        // A keep-alive: the engine hears from the peer without an estimate.
-        return engine_->onKeepAlive(message.from, h.round, now(), presenceOf(h));
-    }
-    return consensus::Receipt::NotNeighbor;
-  }
-
-  static consensus::Presence presenceOf(const wire::Header& h) {
-    if (h.kind == wire::Kind::Bye) return consensus::Presence::Left;
-    const bool idle = h.kind == wire::Kind::Hello && (h.flags & wire::kHelloIdle) != 0;
-    return idle ? consensus::Presence::Idle : consensus::Presence::Working;
-  }
-
-  // Checkpoints are written on the writer's thread: a save wanted (every
-  // checkpoint.every_rounds, a command, the end) starts once the writer is
-  // free (no round starts before), and is answered when it ends.
-  void wantCheckpoint(std::function<void(nlohmann::json)> reply = {}) {
-    checkpointWanted_ = true;
-    if (reply) checkpointReplies_.push_back(std::move(reply));
-    serveCheckpoints();
-  }
-  void serveCheckpoints() {
-    if (const auto outcome = checkpoints_->takeOutcome()) {
-      publishStatus();  // the answer must not race ahead of the state it describes
-      const nlohmann::json answer =
-          outcome->path
-              ? nlohmann::json{{"ok", true}, {"path", *outcome->path}, {"round", outcome->round}}
-              : nlohmann::json{{"ok", false},
-                               {"error", "checkpoint failed: " + checkpoints_->lastError()}};
-      for (auto& reply : savingReplies_) reply(answer);
-      savingReplies_.clear();
-    }
-    if (!checkpointWanted_ || checkpoints_->busy()) return;
-    // x_k is held, not copied: the engine mixes into a fresh buffer meanwhile.
+  // x_k is held, not copied: the engine mixes into a fresh buffer meanwhile.
+  CheckpointWriter::State checkpointState() const {
     std::shared_ptr<const Vector> params = engine_->sharedParams();
-    checkpoints_->start(
-        {engine_->round(), graphs_.graph().hash(), params, bytesOf(*params),
-         engine_->keepsVelocity() ? bytesOf(engine_->velocity()) : std::span<const std::byte>()});
-    checkpointWanted_ = false;
-    savingReplies_.swap(checkpointReplies_);
-  }
-  // At the end: the save under way, any wanted, and the final state's.
-  void finishCheckpoints() {
-    checkpoints_->wait();
-    serveCheckpoints();
-    if (checkpoints_->lastRound() != engine_->round()) checkpointWanted_ = true;
-    while (checkpointWanted_ || checkpoints_->busy()) {
-      checkpoints_->wait();
-      serveCheckpoints();
-    }
+    return {engine_->round(), graphs_.graph().hash(), params, bytesOf(*params),
+            engine_->keepsVelocity() ? bytesOf(engine_->velocity()) : std::span<const std::byte>()};
   }
 
   void handleCommands() {
     for (Command& command : board_.drain()) {
       nlohmann::json answer = {{"ok", true}};
       if (command.name == "checkpoint") {  // answered when written
-        wantCheckpoint(std::move(command.reply));
+        saves_->want(std::move(command.reply));
         continue;
       }
       if (command.name == "apply") {  // answered once switched to, between rounds
@@ -337,7 +231,7 @@ class Node {
     if (!next || engine_->phase() != Engine::Phase::Idle) return;
     engine_->setTopology(*next->graph, next->self, now());
     transport_->setTopology(*next->graph, next->self);  // it keeps its own copy of the graph left
-    linkWatch_.clear();
+    linkWatch_->clear();
     GraphChange::Switched done = graphs_.switched(engine_->round(), engine_->degree());
     publishStatus();  // the answer must not race ahead of the state it describes
     if (done.reply) done.reply(done.answer);
@@ -372,7 +266,11 @@ class Node {
       spdlog::info("joined a running cluster at round {}: took the estimates of {} in place of x_0",
                    record.nextRound, from);
     }
-    watchLinks(record);
+    for (std::size_t s = 0; s < engine_->degree(); ++s) {
+      const std::size_t node = engine_->nodeOfSlot(s);
+      linkWatch_->observe(node, graphs_.graph().node(node).id, transport_->inflow(node),
+                          record.end - record.start);
+    }
     if (engine_->joining() && record.live == 0 && !saidAlone_ && engine_->degree() > 0 &&
         now() >= engineOptions_.peerTimeout) {
       saidAlone_ = true;  // a joiner with no neighbour to take the state from
@@ -386,7 +284,7 @@ class Node {
     telemetry_.onRecord(
         record, {transport_->counters().bytesSent, bytesReceived(*engine_, *transport_), samples_});
     const std::int64_t every = cfg_.checkpoint.everyRounds;
-    if (every > 0 && record.nextRound / every != record.round / every) wantCheckpoint();
+    if (every > 0 && record.nextRound / every != record.round / every) saves_->want();
     if (cfg_.train.rounds > 0 && engine_->round() >= cfg_.train.rounds) {
       spdlog::info("reached train.rounds = {}", cfg_.train.rounds);
       stop("rounds");
@@ -409,7 +307,7 @@ class Node {
   // holds the next round, so that it saves the round it was wanted at (the
   // engine thread keeps serving meanwhile).
   bool mayStart() const {
-    return !paused_ && !stopping_ && !awaitingTrainerInit_ && !checkpointWanted_ && !graphs_.held();
+    return !paused_ && !stopping_ && !awaitingTrainerInit_ && !saves_->wanted() && !graphs_.held();
   }
   // The round's parameters are the engine's own buffer, shared (not
   // copied) by every send and the compute job, which only read them.
@@ -441,11 +339,11 @@ class Node {
     status->version = kVersion;
     status->round = engine_->round();
     const bool engineIdle = engine_->phase() == consensus::RoundEngine<Scalar>::Phase::Idle;
-    status->phase = paused_                           ? "paused"
-                    : engineIdle && checkpointWanted_ ? "checkpointing"  // held for the writer
-                    : engineIdle && graphs_.held()    ? "applying"       // a new graph, next
-                    : engineIdle                      ? "idle"
-                                                      : "waiting";
+    status->phase = paused_                          ? "paused"
+                    : engineIdle && saves_->wanted() ? "checkpointing"  // held for the writer
+                    : engineIdle && graphs_.held()   ? "applying"       // a new graph, next
+                    : engineIdle                     ? "idle"
+                                                     : "waiting";
     status->policy = cfg_.consensus.policy;
     status->target = engine_->decision().count;
     status->degree = engine_->degree();
@@ -492,7 +390,7 @@ class Node {
       }
       counted(feed_.takeDue(*engine_, t));
       handleCommands();
-      serveCheckpoints();
+      saves_->serve();
       switchTopology();
       graphs_.reloadWatched(cfg_);
       if (stopping_) break;
@@ -582,31 +480,6 @@ class Node {
                                            fed->accuracy.value_or(telemetry_.accuracy())});
   }
 
-  // A neighbour whose estimates take about as long as a round (or longer)
-  // sets the node's pace, or arrives too late to be mixed: said once per
-  // neighbour, with the figures, after three such estimates in a row.
-  void watchLinks(const consensus::RoundRecord& record) {
-    const double roundS = std::chrono::duration<double>(record.end - record.start).count();
-    for (std::size_t s = 0; s < engine_->degree(); ++s) {
-      const std::size_t node = engine_->nodeOfSlot(s);
-      const Inflow inflow = transport_->inflow(node);
-      LinkWatch& watch = linkWatch_[node];
-      if (inflow.transfer == watch.lastTransfer || watch.logged) continue;  // no new estimate
-      watch.lastTransfer = inflow.transfer;
-      const double transferS = std::chrono::duration<double>(inflow.transfer).count();
-      watch.slowInARow = transferS >= 0.8 * roundS ? watch.slowInARow + 1 : 0;
-      if (watch.slowInARow < 3) continue;
-      watch.logged = true;
-      const double megabytes = static_cast<double>(dimension_ * sizeof(Scalar)) / 1e6;
-      spdlog::warn(
-          "the link from {} is the bottleneck: its estimates ({:.0f} MB) take {:.2f} s to arrive "
-          "({:.0f} Mbit/s) and rounds {:.2f} s{}",
-          graphs_.graph().node(node).id, megabytes, transferS, megabytes * 8 / transferS, roundS,
-          transferS > roundS ? "; they arrive rounds late and are mixed only when the round waits"
-                             : "");
-    }
-  }
-
   // An estimate in chunks still on its way (the neighbour's round may wait
   // for it) goes out in full while it moves: the wait ends when nothing
   // could be sent for `patience`, or on a second SIGTERM. True if all went.
@@ -642,7 +515,7 @@ class Node {
     // not go for a peer timeout already (a neighbour gone), briefly: the
     // live neighbours' sockets take theirs at once.
     finishSends(flowing ? engineOptions_.peerTimeout : kGoodbyeGrace);
-    finishCheckpoints();
+    saves_->finish(engine_->round());
     // A model of our own: the compute thread may still be busy with its.
     if (config::hasModel(cfg_)) {
       data::Model<Scalar> model(config::modelOptions(cfg_, data_.train));
@@ -685,24 +558,17 @@ class Node {
   data::TrainTest data_;
   std::vector<std::size_t> histogram_;
   std::uint64_t samples_ = 0;  // behind the updates taken (bytes per sample)
-  struct LinkWatch {
-    Duration lastTransfer{};
-    int slowInARow = 0;
-    bool logged = false;
-  };
-  std::map<std::size_t, LinkWatch> linkWatch_;  // per in-neighbour: is its link the bottleneck
   std::unique_ptr<ComputeWorker<Scalar>> worker_;
   std::size_t dimension_ = 0;
   std::optional<Transport> transport_;
   std::unique_ptr<TrainerEndpoint> trainer_;  // model.kind: external
   bool awaitingTrainerInit_ = false;          // a fresh start waits for the trainer's x_0
   TrainerFeed<Scalar> feed_{config::stragglerSpec(cfg_)};  // its updates to the engine
+  std::optional<LinkWatch> linkWatch_;                     // is a neighbour's link the bottleneck
   std::optional<CheckpointWriter> checkpoints_;
   GraphChange graphs_;  // the graph in force, and a new one held until between rounds
   std::int64_t joinedAtRound_ = -1;
-  bool checkpointWanted_ = false;
-  std::vector<std::function<void(nlohmann::json)>> checkpointReplies_;  // for the save wanted
-  std::vector<std::function<void(nlohmann::json)>> savingReplies_;      // for the one under way
+  std::optional<CheckpointRequests> saves_;  // saves wanted, and their answers
   std::unique_ptr<consensus::RoundEngine<Scalar>> engine_;
   Telemetry telemetry_;
   std::vector<zmq::pollitem_t> pollItems_;
