@@ -10,6 +10,7 @@
 
 #include "consensusd/consensus/mixing.hpp"
 #include "consensusd/topology/analysis.hpp"
+#include "round_arithmetic.hpp"
 
 namespace consensusd::consensus {
 
@@ -21,7 +22,6 @@ const char* cutoffName(CutoffReason reason) {
 }
 namespace {
 
-constexpr std::int64_t kMaxRound = std::numeric_limits<std::int64_t>::max();
 // A neighbour whose estimate is half here is suspect only after this many
 // peer timeouts of silence: its transfer stalled, it did not end (on a
 // congested link TCP backs off for seconds after a loss; two estimates
@@ -31,17 +31,6 @@ constexpr int kStalledTransfer = 4;
 // stride-th of a larger one (the ratio of two sums over the same
 // coordinates: a model of 100M parameters keeps 8 MB, not 800).
 constexpr Eigen::Index kCurvatureSample = Eigen::Index{1} << 20;
-
-// a + b for b >= 0, saturating: a round from the wire may be anything.
-std::int64_t addSaturating(std::int64_t a, std::int64_t b) {
-  return a > kMaxRound - b ? kMaxRound : a + b;
-}
-
-// An Eigen vector's values as a span.
-template <class Vector>
-auto valuesOf(Vector& vector) {
-  return std::span(vector.data(), static_cast<std::size_t>(vector.size()));
-}
 
 }  // namespace
 
@@ -154,45 +143,6 @@ bool RoundEngine<Scalar>::suspect(std::size_t slot, Time now) const {
 template <class Scalar>
 std::int64_t RoundEngine<Scalar>::horizon(std::size_t slot) const {
   return addSaturating(round_, slots_[slot].reach);
-}
-
-template <class Scalar>
-bool RoundEngine<Scalar>::plausibleRound(Slot& slot, std::int64_t round, Time now) {
-  if (round < 0) return false;
-  const std::int64_t limit = addSaturating(round_, slot.reach);
-  if (round <= limit) {
-    slot.aheadSince.reset();
-    // Back in reach: what was believed beyond it (a liar's claim while the
-    // real sender was away) stops counting now that the sender speaks.
-    if (slot.newestRound > limit) {
-      slot.mailbox.discardAfter(limit);
-      const auto* newest = slot.mailbox.newest();
-      slot.newestRound = newest != nullptr ? newest->round : -1;
-    }
-    return true;
-  }
-  const bool fresh = !slot.aheadSince || now - slot.aheadLast > options_.peerTimeout;
-  slot.aheadLast = now;
-  if (fresh) {
-    slot.aheadSince = now;  // a new run (an old one went silent)
-    return false;
-  }
-  return now - *slot.aheadSince >= options_.peerTimeout / 2;
-}
-
-template <class Scalar>
-void RoundEngine<Scalar>::heard(Slot& slot, Time now) {
-  if (now - slot.lastHeard < silenceLimit(slot)) {
-    slot.lastHeard = now;
-    return;
-  }
-  if (slot.revivalStart && now > *slot.revivalStart &&
-      now - *slot.revivalStart < options_.peerTimeout) {
-    slot.lastHeard = now;
-    slot.revivalStart.reset();
-    return;
-  }
-  slot.revivalStart = now;
 }
 
 template <class Scalar>
@@ -320,113 +270,6 @@ std::optional<typename RoundEngine<Scalar>::Start> RoundEngine<Scalar>::tryStart
 }
 
 template <class Scalar>
-Receipt RoundEngine<Scalar>::onEstimate(std::size_t node, std::int64_t round, const Scalar* values,
-                                        Time now, std::shared_ptr<const void> owner) {
-  const auto admitted = admit(node, round, now);
-  if (const auto* refused = std::get_if<Receipt>(&admitted)) return *refused;
-  const std::size_t index = std::get<std::size_t>(admitted);
-  Slot& slot = slots_[index];
-  if (slot.arriving && *slot.arriving <= round) slot.arriving.reset();  // here whole
-  if (compressed()) {  // a keyframe: whatever we held, the sender's copy is this
-    std::copy(values, values + slot.copy.size(), slot.copy.data());
-    slot.copyRound = round;
-    return holdCopy(index, round, now);
-  }
-  const Receipt receipt = slot.mailbox.store(round, values, now, oldestUseful(), std::move(owner));
-  return noteStored(index, round, values, receipt, now);
-}
-
-template <class Scalar>
-Receipt RoundEngine<Scalar>::onFrame(std::size_t node, std::int64_t round, std::int64_t base,
-                                     std::span<const std::byte> frame, Time now) {
-  if (!compressed()) return Receipt::Corrupt;
-  const auto admitted = admit(node, round, now);
-  if (const auto* refused = std::get_if<Receipt>(&admitted)) return *refused;
-  const std::size_t index = std::get<std::size_t>(admitted);
-  Slot& slot = slots_[index];
-  if (slot.arriving && *slot.arriving <= round) slot.arriving.reset();
-  if (slot.copyRound >= 0 && round <= slot.copyRound) {  // applied already (a replay)
-    ++slot.counters.duplicate;
-    return Receipt::Duplicate;
-  }
-  if (slot.copyRound < 0 || base != slot.copyRound) {
-    ++slot.counters.gap;
-    return Receipt::Gap;
-  }
-  switch (applyDifference<Scalar>(options_.compression, frame, valuesOf(slot.copy))) {
-    case FrameCheck::Applied:
-      slot.copyRound = round;
-      return holdCopy(index, round, now);
-    case FrameCheck::Overflow:  // the copy is no longer the sender's: nothing of it is mixed
-      slot.copyRound = -1;
-      slot.mailbox.discardAfter(-1);
-      break;
-    case FrameCheck::Malformed:  // untouched, but the sender's copy moved on without us
-      break;
-  }
-  ++slot.counters.corrupt;
-  return Receipt::Corrupt;
-}
-
-template <class Scalar>
-Receipt RoundEngine<Scalar>::holdCopy(std::size_t index, std::int64_t round, Time now) {
-  Slot& slot = slots_[index];
-  // Every entry points at the one copy: only its newest round is true.
-  slot.mailbox.discardAfter(-1);
-  // Held in place (an owner without a control block): the slot outlives the entry.
-  const std::shared_ptr<const void> inPlace(std::shared_ptr<const void>(), slot.copy.data());
-  const Receipt receipt = slot.mailbox.store(round, slot.copy.data(), now, oldestUseful(), inPlace);
-  return noteStored(index, round, slot.copy.data(), receipt, now);
-}
-
-template <class Scalar>
-Receipt RoundEngine<Scalar>::noteStored(std::size_t index, std::int64_t round, const Scalar* values,
-                                        Receipt receipt, Time now) {
-  Slot& slot = slots_[index];
-  if (receipt == Receipt::Stored || receipt == Receipt::Stale) {
-    // Too old to mix or not, it completes the record of the rounds it was due
-    // in: a neighbour a round behind is late, not absent.
-    arrivals_.observeLate(
-        index,
-        options_.mixRound == MixRound::Newest ? addSaturating(round, options_.staleness) : round,
-        now);
-    // A neighbour not yet in is the one whose distance the dynamic rule
-    // weighs against the wait (consensus pull term), from its newest
-    // estimate. One kept is measured later, in the mix's pass if it is
-    // mixed; one not kept, now.
-    if (measuresDistances()) {
-      if (receipt == Receipt::Stored) {
-        slot.distanceDue = round;
-      } else {
-        slot.distanceDue.reset();
-        slot.distanceSq =
-            squaredDistance(values, params_->data(), static_cast<std::size_t>(params_->size()));
-      }
-    }
-  }
-  switch (receipt) {
-    case Receipt::Stored:
-      ++(round < round_ ? slot.counters.late : slot.counters.onTime);
-      break;
-    case Receipt::Duplicate:
-      ++slot.counters.duplicate;
-      break;
-    case Receipt::Stale:
-      ++slot.counters.stale;
-      break;
-    case Receipt::Superseded:
-      ++slot.counters.superseded;
-      break;
-    case Receipt::NotNeighbor:
-    case Receipt::Implausible:
-    case Receipt::Gap:
-    case Receipt::Corrupt:
-      break;
-  }
-  return receipt;
-}
-
-template <class Scalar>
 void RoundEngine<Scalar>::onGradient(std::int64_t round, const Eigen::Ref<const Vector>& gradient,
                                      double loss, const data::GradientStats& stats, Time now,
                                      UpdateKind kind) {
@@ -472,41 +315,6 @@ void RoundEngine<Scalar>::onDelta(std::int64_t round, const Eigen::Ref<const Vec
 }
 
 template <class Scalar>
-Receipt RoundEngine<Scalar>::onDecision(std::size_t node, std::int64_t round, bool usedMine,
-                                        Time now) {
-  const std::optional<std::size_t> index = slotOf(node);
-  if (!index) return Receipt::NotNeighbor;
-  Slot& slot = slots_[*index];
-  // The sender's round: the same horizon, but no run (decisions come after estimates).
-  if (round < 0 || round > addSaturating(round_, slot.reach)) return Receipt::Implausible;
-  if (round < round_) return Receipt::Stale;
-  heard(slot, now);
-  slot.decisions[round] = usedMine;
-  while (slot.decisions.size() > options_.mailboxDepth + 1)
-    slot.decisions.erase(slot.decisions.begin());
-  return Receipt::Stored;
-}
-
-template <class Scalar>
-Receipt RoundEngine<Scalar>::onKeepAlive(std::size_t node, std::int64_t round, Time now,
-                                         Presence presence) {
-  const auto admitted = admit(node, round, now);
-  if (const auto* refused = std::get_if<Receipt>(&admitted)) return *refused;
-  slots_[std::get<std::size_t>(admitted)].presence = presence;
-  return Receipt::Stored;
-}
-
-template <class Scalar>
-Receipt RoundEngine<Scalar>::onArriving(std::size_t node, std::int64_t round, Time now) {
-  const auto admitted = admit(node, round, now);
-  if (const auto* refused = std::get_if<Receipt>(&admitted)) return *refused;
-  Slot& slot = slots_[std::get<std::size_t>(admitted)];
-  slot.arriving = round;
-  slot.arrivingAt = now;
-  return Receipt::Stored;
-}
-
-template <class Scalar>
 bool RoundEngine<Scalar>::usableArriving(Time now) const {
   for (std::size_t s = 0; s < slots_.size(); ++s) {
     const Slot& slot = slots_[s];
@@ -535,18 +343,6 @@ typename RoundEngine<Scalar>::Vector RoundEngine<Scalar>::takeSpentUpdate() {
   Vector spent;
   spent.swap(gradient_);
   return spent;
-}
-
-template <class Scalar>
-std::variant<std::size_t, Receipt> RoundEngine<Scalar>::admit(std::size_t node, std::int64_t round,
-                                                              Time now) {
-  const std::optional<std::size_t> index = slotOf(node);
-  if (!index) return Receipt::NotNeighbor;
-  Slot& slot = slots_[*index];
-  if (!plausibleRound(slot, round, now)) return Receipt::Implausible;
-  heard(slot, now);
-  slot.newestRound = std::max(slot.newestRound, round);
-  return *index;
 }
 
 template <class Scalar>
