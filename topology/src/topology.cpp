@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <set>
@@ -160,14 +161,20 @@ bool naturalLess(const std::string& a, const std::string& b) {
   return a < b;  // same by value ("n01" vs "n1"): fall back to bytes
 }
 
-Topology Topology::fromSpec(TopologySpec spec, const std::string& sourceFile) {
-  const auto fail = [&](schema::Position at, const std::string& message, const std::string& path) {
-    throw InputError(sourceFile, at, message, path);
-  };
-  const bool isExplicit = spec.mixing == MixingRule::Explicit;
-  if (spec.nodes.empty()) fail(spec.nodesAt, "a topology needs at least one node", "nodes");
+namespace {
 
-  // Nodes: valid and unique ids and endpoints.
+// Throws the InputError of `file` at `at`: the key `path` and what is wrong.
+struct Failure {
+  const std::string& file;
+  [[noreturn]] void operator()(schema::Position at, const std::string& message,
+                               const std::string& path) const {
+    throw InputError(file, at, message, path);
+  }
+};
+
+// Nodes: valid and unique ids, endpoints and keys; self weights as the rule allows.
+void checkNodes(const TopologySpec& spec, const Failure& fail) {
+  const bool isExplicit = spec.mixing == MixingRule::Explicit;
   std::map<std::string, std::size_t> fileIndex;
   std::map<std::string, std::size_t> endpointIndex;
   std::map<std::string, std::size_t> keyIndex;
@@ -215,18 +222,14 @@ Topology Topology::fromSpec(TopologySpec spec, const std::string& sourceFile) {
            path + ".self_weight");
     }
   }
+}
 
-  // Canonical node order and the index map from file order.
-  std::vector<std::size_t> order(spec.nodes.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return naturalLess(spec.nodes[a].id, spec.nodes[b].id);
-  });
-  std::map<std::string, std::size_t> indexOfId;
-  for (std::size_t k = 0; k < order.size(); ++k) indexOfId[spec.nodes[order[k]].id] = k;
-  const std::size_t n = order.size();
-
-  // Edges: known ends, no loops, no duplicates, weights as the rule demands.
+// Edges between canonical indices: known ends, no loops, no duplicates,
+// weights as the rule demands; sorted.
+std::vector<Edge> checkEdges(const TopologySpec& spec,
+                             const std::map<std::string, std::size_t>& indexOfId,
+                             const Failure& fail) {
+  const bool isExplicit = spec.mixing == MixingRule::Explicit;
   std::map<std::pair<std::size_t, std::size_t>, std::size_t> seenEdge;
   std::vector<Edge> edges;
   for (std::size_t e = 0; e < spec.edges.size(); ++e) {
@@ -262,44 +265,79 @@ Topology Topology::fromSpec(TopologySpec spec, const std::string& sourceFile) {
   std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) {
     return std::tie(a.from, a.to) < std::tie(b.from, b.to);
   });
+  return edges;
+}
 
-  // Arcs: (from -> to) means `to` mixes `from`.
-  std::vector<std::vector<std::size_t>> forward(n);
-  std::vector<std::vector<std::size_t>> backward(n);
+// Arcs both ways: forward[j] holds i where j -> i (i mixes j), backward[i] the j.
+struct Arcs {
+  std::vector<std::vector<std::size_t>> forward;
+  std::vector<std::vector<std::size_t>> backward;
+};
+
+Arcs arcsOf(const std::vector<Edge>& edges, std::size_t n, bool directed) {
+  Arcs arcs{std::vector<std::vector<std::size_t>>(n), std::vector<std::vector<std::size_t>>(n)};
   for (const Edge& edge : edges) {
-    forward[edge.from].push_back(edge.to);
-    backward[edge.to].push_back(edge.from);
-    if (!spec.directed) {
-      forward[edge.to].push_back(edge.from);
-      backward[edge.from].push_back(edge.to);
+    arcs.forward[edge.from].push_back(edge.to);
+    arcs.backward[edge.to].push_back(edge.from);
+    if (!directed) {
+      arcs.forward[edge.to].push_back(edge.from);
+      arcs.backward[edge.from].push_back(edge.to);
     }
   }
-  const auto idOf = [&](std::size_t k) { return spec.nodes[order[k]].id; };
-  for (const auto* adjacency : {&forward, &backward}) {
+  return arcs;
+}
+
+// Every node reaches every other (both ways when directed); `idOf` names canonical indices.
+void checkConnected(const TopologySpec& spec, const Arcs& arcs,
+                    const std::function<std::string(std::size_t)>& idOf, const Failure& fail) {
+  for (const auto* adjacency : {&arcs.forward, &arcs.backward}) {
     const std::vector<bool> seen = reachable(*adjacency, 0);
     if (const auto missing = std::find(seen.begin(), seen.end(), false); missing != seen.end()) {
       const auto k = static_cast<std::size_t>(missing - seen.begin());
       const std::string what =
           spec.directed ? "graph is not strongly connected: " : "graph is not connected: ";
-      const std::string detail = adjacency == &forward
+      const std::string detail = adjacency == &arcs.forward
                                      ? idOf(k) + " cannot be reached from " + idOf(0)
                                      : idOf(0) + " cannot be reached from " + idOf(k);
       fail(spec.edgesAt, what + detail, "edges");
     }
   }
+}
 
-  Topology topology;
-  topology.name_ = std::move(spec.name);
-  topology.directed_ = spec.directed;
-  topology.mixing_ = spec.mixing;
-  topology.doublyStochastic_ = spec.doublyStochastic;
-  topology.in_.assign(n, {});
-  topology.out_.assign(n, {});
-  topology.self_.assign(n, 0.0);
+// The weight node i gives in-neighbour j under the spec's rule (docs/design.md §4).
+double ruleWeight(const TopologySpec& spec, const Arcs& arcs, std::size_t maxInDegree,
+                  const std::map<std::pair<std::size_t, std::size_t>, double>& explicitWeight,
+                  std::size_t i, std::size_t j) {
+  switch (spec.mixing) {
+    case MixingRule::Metropolis:
+      return 1.0 /
+             static_cast<double>(1 + std::max(arcs.backward[i].size(), arcs.backward[j].size()));
+    case MixingRule::MaxDegree:
+      return 1.0 / static_cast<double>(1 + maxInDegree);
+    case MixingRule::Uniform:
+      return 1.0 / static_cast<double>(1 + arcs.backward[i].size());
+    case MixingRule::Explicit:
+      return explicitWeight.at({i, j});
+  }
+  return 0;
+}
 
-  // Mixing weights w_ij for each in-neighbour j of i (docs/design.md §4).
+// In- and out-neighbours with their weights, and each node's own weight:
+// every row sums to 1 (row-stochastic), and every column too when the spec
+// says doubly_stochastic.
+struct Weights {
+  std::vector<std::vector<Neighbor>> in;
+  std::vector<std::vector<Neighbor>> out;
+  std::vector<double> self;
+};
+
+Weights mixingWeights(const TopologySpec& spec, const std::vector<std::size_t>& order,
+                      const Arcs& arcs, const std::vector<Edge>& edges, const Failure& fail) {
+  const std::size_t n = order.size();
+  Weights w{std::vector<std::vector<Neighbor>>(n), std::vector<std::vector<Neighbor>>(n),
+            std::vector<double>(n, 0.0)};
   std::size_t maxInDegree = 0;
-  for (const auto& in : backward) maxInDegree = std::max(maxInDegree, in.size());
+  for (const auto& in : arcs.backward) maxInDegree = std::max(maxInDegree, in.size());
   std::map<std::pair<std::size_t, std::size_t>, double> explicitWeight;
   for (const Edge& edge : edges) {
     if (!edge.weight) continue;
@@ -307,27 +345,13 @@ Topology Topology::fromSpec(TopologySpec spec, const std::string& sourceFile) {
     if (!spec.directed) explicitWeight[{edge.from, edge.to}] = *edge.weight;
   }
   for (std::size_t i = 0; i < n; ++i) {
-    std::vector<std::size_t> in = backward[i];
+    std::vector<std::size_t> in = arcs.backward[i];
     std::sort(in.begin(), in.end());
     double sum = 0;
     for (const std::size_t j : in) {
-      double weight = 0;
-      switch (spec.mixing) {
-        case MixingRule::Metropolis:
-          weight = 1.0 / static_cast<double>(1 + std::max(backward[i].size(), backward[j].size()));
-          break;
-        case MixingRule::MaxDegree:
-          weight = 1.0 / static_cast<double>(1 + maxInDegree);
-          break;
-        case MixingRule::Uniform:
-          weight = 1.0 / static_cast<double>(1 + backward[i].size());
-          break;
-        case MixingRule::Explicit:
-          weight = explicitWeight.at({i, j});
-          break;
-      }
-      topology.in_[i].push_back({j, weight});
-      topology.out_[j].push_back({i, weight});
+      const double weight = ruleWeight(spec, arcs, maxInDegree, explicitWeight, i, j);
+      w.in[i].push_back({j, weight});
+      w.out[j].push_back({i, weight});
       sum += weight;
     }
     const NodeSpec& node = spec.nodes[order[i]];
@@ -339,7 +363,7 @@ Topology Topology::fromSpec(TopologySpec spec, const std::string& sourceFile) {
                  " with self_weight, must be 1 (row-stochastic)",
              path + ".self_weight");
       }
-      topology.self_[i] = *node.selfWeight;
+      w.self[i] = *node.selfWeight;
     } else {
       if (sum > 1.0 + kWeightTolerance) {
         fail(node.at,
@@ -347,43 +371,81 @@ Topology Topology::fromSpec(TopologySpec spec, const std::string& sourceFile) {
                  " > 1 (not row-stochastic)",
              path);
       }
-      topology.self_[i] = std::max(0.0, 1.0 - sum);
+      w.self[i] = std::max(0.0, 1.0 - sum);
     }
   }
-  for (auto& out : topology.out_) {
+  for (auto& out : w.out) {
     std::sort(out.begin(), out.end(),
               [](const Neighbor& a, const Neighbor& b) { return a.index < b.index; });
   }
-  if (spec.doublyStochastic) {
-    for (std::size_t j = 0; j < n; ++j) {
-      double column = topology.self_[j];
-      for (const Neighbor& out : topology.out_[j]) column += out.weight;
-      if (std::abs(column - 1.0) > 1e-6) {
-        const NodeSpec& node = spec.nodes[order[j]];
-        fail(node.at,
-             "weights given to node '" + node.id + "' sum to " + formatWeight(column) +
-                 ", must be 1 (doubly_stochastic: true)",
-             "nodes[" + std::to_string(order[j]) + "]");
-      }
+  if (!spec.doublyStochastic) return w;
+  for (std::size_t j = 0; j < n; ++j) {
+    double column = w.self[j];
+    for (const Neighbor& out : w.out[j]) column += out.weight;
+    if (std::abs(column - 1.0) > 1e-6) {
+      const NodeSpec& node = spec.nodes[order[j]];
+      fail(node.at,
+           "weights given to node '" + node.id + "' sum to " + formatWeight(column) +
+               ", must be 1 (doubly_stochastic: true)",
+           "nodes[" + std::to_string(order[j]) + "]");
     }
   }
+  return w;
+}
 
-  for (const std::size_t k : order) topology.nodes_.push_back(std::move(spec.nodes[k]));
-  topology.edges_ = std::move(edges);
-
-  // Canonical text of everything that identifies the graph on the wire.
-  std::string canonical = "consensusd-topology-v1\ndirected " + std::to_string(topology.directed_) +
-                          "\nmixing " + toString(topology.mixing_) + "\ndoubly " +
-                          std::to_string(topology.doublyStochastic_) + "\n";
-  for (const NodeSpec& node : topology.nodes_) {
+// The text of everything that identifies the graph on the wire.
+std::string canonicalText(bool directed, MixingRule mixing, bool doublyStochastic,
+                          const std::vector<NodeSpec>& nodes, const std::vector<Edge>& edges) {
+  std::string canonical = "consensusd-topology-v1\ndirected " + std::to_string(directed) +
+                          "\nmixing " + toString(mixing) + "\ndoubly " +
+                          std::to_string(doublyStochastic) + "\n";
+  for (const NodeSpec& node : nodes) {
     canonical += "node " + node.id + " " + node.endpoint + " " + node.publicKey + " " +
                  (node.selfWeight ? formatWeight(*node.selfWeight) : "-") + "\n";
   }
-  for (const Edge& edge : topology.edges_) {
+  for (const Edge& edge : edges) {
     canonical += "edge " + std::to_string(edge.from) + " " + std::to_string(edge.to) + " " +
                  (edge.weight ? formatWeight(*edge.weight) : "-") + "\n";
   }
-  topology.hash_ = fnv1a(canonical);
+  return canonical;
+}
+
+}  // namespace
+
+Topology Topology::fromSpec(TopologySpec spec, const std::string& sourceFile) {
+  const Failure fail{sourceFile};
+  if (spec.nodes.empty()) fail(spec.nodesAt, "a topology needs at least one node", "nodes");
+  checkNodes(spec, fail);
+
+  // Canonical node order and the index map from file order.
+  std::vector<std::size_t> order(spec.nodes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return naturalLess(spec.nodes[a].id, spec.nodes[b].id);
+  });
+  std::map<std::string, std::size_t> indexOfId;
+  for (std::size_t k = 0; k < order.size(); ++k) indexOfId[spec.nodes[order[k]].id] = k;
+  const std::size_t n = order.size();
+
+  std::vector<Edge> edges = checkEdges(spec, indexOfId, fail);
+  const Arcs arcs = arcsOf(edges, n, spec.directed);
+  checkConnected(
+      spec, arcs, [&](std::size_t k) { return spec.nodes[order[k]].id; }, fail);
+
+  Topology topology;
+  topology.name_ = std::move(spec.name);
+  topology.directed_ = spec.directed;
+  topology.mixing_ = spec.mixing;
+  topology.doublyStochastic_ = spec.doublyStochastic;
+  Weights weights = mixingWeights(spec, order, arcs, edges, fail);
+  topology.in_ = std::move(weights.in);
+  topology.out_ = std::move(weights.out);
+  topology.self_ = std::move(weights.self);
+  for (const std::size_t k : order) topology.nodes_.push_back(std::move(spec.nodes[k]));
+  topology.edges_ = std::move(edges);
+  topology.hash_ =
+      fnv1a(canonicalText(topology.directed_, topology.mixing_, topology.doublyStochastic_,
+                          topology.nodes_, topology.edges_));
   return topology;
 }
 
