@@ -226,11 +226,9 @@ void writeCsv(const fs::path& path, const std::vector<sim::Sample>& samples) {
   if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
-int runSimulate(const SimulateOptions& options) {
-  const topology::Topology graph = topology::loadTopology(options.topology);
-  const std::vector<Policy> policies = parsePolicies(options.policies);
+std::vector<std::uint64_t> parseSeeds(const std::string& text) {
   std::vector<std::uint64_t> seeds;
-  for (const std::string& s : split(options.seeds, ',')) {
+  for (const std::string& s : split(text, ',')) {
     try {
       seeds.push_back(std::stoull(s));
     } catch (const std::exception&) {
@@ -238,80 +236,52 @@ int runSimulate(const SimulateOptions& options) {
     }
   }
   if (seeds.empty()) throw UsageError("--seeds: no seed given");
+  return seeds;
+}
 
-  // The daemon's config schema reads every setting: same keys, same checks.
-  const std::string base = "node: {id: " + graph.node(0).id + "}\ntopology: {file: unused}\n";
-  const config::NodeConfig common = config::readConfig(base, "--set", options.sets);
-  std::vector<std::vector<consensus::StragglerSpec>> stragglers(graph.size());
-  for (const StragglerFlag& flag : stragglerFlags(options.stragglers, graph, true)) {
-    std::vector<std::string> all = options.sets;
-    all.insert(all.end(), flag.overrides.begin(), flag.overrides.end());
-    stragglers[flag.node].push_back(
-        config::stragglerSpec(config::readConfig(base, "--straggler", all)));
-  }
+// What every run of a policy shares besides its seed: the config's engine,
+// model and schedule, and the command line's clock, links and faults.
+struct RunSetting {
+  std::vector<std::vector<consensus::StragglerSpec>> stragglers;
+  std::vector<sim::Attacker> attackers;
+  std::vector<double> downloads;
+};
 
-  const std::vector<sim::Attacker> attackers = parseAttacks(options.attacks, graph);
-  const std::vector<double> downloads =
-      parseDownloads(options.downloadMbps, options.downloads, graph);
+sim::SimOptions simOptions(const config::NodeConfig& cfg, const SimulateOptions& options,
+                           const data::TrainTest& data, const RunSetting& setting,
+                           std::uint64_t seed) {
+  sim::SimOptions sim;
+  sim.engine = config::engineOptions(cfg);
+  sim.schedule = config::schedule(cfg);
+  sim.momentum = cfg.train.momentum;
+  sim.model = config::modelOptions(cfg, data.train);
+  sim.initSeed = static_cast<std::uint64_t>(cfg.model.initSeed);
+  sim.seed = seed;
+  sim.compute = milliseconds(options.computeMs);
+  sim.stragglers = setting.stragglers;
+  sim.attackers = setting.attackers;
+  sim.link.latency = milliseconds(options.latencyMs);
+  sim.link.bytesPerSecond = options.bandwidthGbps * 1e9 / 8;
+  sim.link.spread = options.linkSpread;
+  sim.link.downloadBytesPerSecond = setting.downloads;
+  sim.link.estimateBytes = static_cast<std::size_t>(options.estimateMb * 1e6);
+  sim.sampleEvery = milliseconds(options.sampleMs);
+  sim.maxTime = milliseconds(options.timeS * 1000);
+  sim.stopAtAccuracy = options.stopAtTarget ? options.target : 0.0;
+  sim.nodeEvalSamples = options.nodeEval;
+  sim.threads = options.threads;
+  return sim;
+}
 
-  const data::TrainTest data = data::load(config::dataSource(common));
-  const auto parts = data::partition(data.train, config::partitionOptions(common, graph.size()));
-  std::vector<data::Dataset> shares;
-  for (const auto& part : parts) shares.push_back(data::subset(data.train, part));
-  std::printf("%s; %zu nodes of %s, %s; target accuracy %.3f\n", data.description.c_str(),
-              graph.size(), graph.name().c_str(), common.model.kind.c_str(), options.target);
+// Each policy's times to the target, one per seed (none: never reached).
+using Crossings = std::map<std::string, std::vector<std::optional<double>>>;
 
-  const fs::path out = options.output.empty() ? fs::path("runs") / "sim" : fs::path(options.output);
-  fs::create_directories(out);
-  std::map<std::string, std::vector<std::optional<double>>> first, smoothed;
-  for (const Policy& policy : policies) {
-    std::vector<std::string> overrides = options.sets;
-    overrides.insert(overrides.end(), policy.overrides.begin(), policy.overrides.end());
-    const config::NodeConfig cfg = config::readConfig(base, "--policy " + policy.name, overrides);
-    for (const std::uint64_t seed : seeds) {
-      sim::SimOptions sim;
-      sim.engine = config::engineOptions(cfg);
-      sim.schedule = config::schedule(cfg);
-      sim.momentum = cfg.train.momentum;
-      sim.model = config::modelOptions(cfg, data.train);
-      sim.initSeed = static_cast<std::uint64_t>(cfg.model.initSeed);
-      sim.seed = seed;
-      sim.compute = milliseconds(options.computeMs);
-      sim.stragglers = stragglers;
-      sim.attackers = attackers;
-      sim.link.latency = milliseconds(options.latencyMs);
-      sim.link.bytesPerSecond = options.bandwidthGbps * 1e9 / 8;
-      sim.link.spread = options.linkSpread;
-      sim.link.downloadBytesPerSecond = downloads;
-      sim.link.estimateBytes = static_cast<std::size_t>(options.estimateMb * 1e6);
-      sim.sampleEvery = milliseconds(options.sampleMs);
-      sim.maxTime = milliseconds(options.timeS * 1000);
-      sim.stopAtAccuracy = options.stopAtTarget ? options.target : 0.0;
-      sim.nodeEvalSamples = options.nodeEval;
-      sim.threads = options.threads;
-      const auto started = std::chrono::steady_clock::now();
-      const sim::SimResult result = policy.synchronous
-                                        ? sim::simulateSynchronous(graph, data, shares, sim)
-                                        : sim::simulate(graph, data, shares, sim);
-      const double wall =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      std::string name = policy.name;
-      std::replace(name.begin(), name.end(), ':', '-');
-      writeCsv(out / (name + "-seed" + std::to_string(seed) + ".csv"), result.samples);
-      first[policy.name].push_back(sim::firstCrossing(result.samples, options.target));
-      smoothed[policy.name].push_back(sim::firstCrossing(result.samples, options.target, 5));
-      const sim::Sample& last = result.samples.back();
-      std::printf(
-          "%-14s seed %-3llu %8.0f rounds/node  accuracy %.4f (nodes %.4f-%.4f)  b %.2f  "
-          "target at %s s  (%.1f s wall)\n",
-          policy.name.c_str(), static_cast<unsigned long long>(seed), last.meanRound, last.accuracy,
-          last.minAccuracy, last.maxAccuracy, last.meanBackups,
-          formatTime(first[policy.name].back()).c_str(), wall);
-      std::fflush(stdout);
-    }
-  }
-
-  // Summary: median time to target over seeds (runs that never got there count as missing).
+// The table and the CSVs (summary.csv, crossings.csv in `out`): the
+// median time to target over seeds (runs that never got there count as
+// missing), against `all` and the best static b.
+void summarize(const SimulateOptions& options, const std::vector<Policy>& policies,
+               const std::vector<std::uint64_t>& seeds, const Crossings& first,
+               const Crossings& smoothed, const fs::path& out) {
   const auto summary = [&](const std::vector<std::optional<double>>& times)
       -> std::pair<std::optional<double>, std::size_t> {
     std::vector<double> reached;
@@ -323,7 +293,7 @@ int runSimulate(const SimulateOptions& options) {
   std::optional<double> all, bestStatic;
   std::string bestStaticName;
   for (const Policy& policy : policies) {
-    const auto t = summary(smoothed[policy.name]).first;
+    const auto t = summary(smoothed.at(policy.name)).first;
     if (policy.name == "all") all = t;
     if (policy.isStatic && t && (!bestStatic || *t < *bestStatic)) {
       bestStatic = t;
@@ -345,9 +315,9 @@ int runSimulate(const SimulateOptions& options) {
   for (const Policy& policy : policies)
     for (std::size_t i = 0; i < seeds.size(); ++i) {
       crossings << policy.name << ',' << seeds[i] << ',';
-      if (first[policy.name][i]) crossings << *first[policy.name][i];
+      if (first.at(policy.name)[i]) crossings << *first.at(policy.name)[i];
       crossings << ',';
-      if (smoothed[policy.name][i]) crossings << *smoothed[policy.name][i];
+      if (smoothed.at(policy.name)[i]) crossings << *smoothed.at(policy.name)[i];
       crossings << '\n';
     }
   if (!crossings) throw std::runtime_error("cannot write " + (out / "crossings.csv").string());
@@ -358,9 +328,9 @@ int runSimulate(const SimulateOptions& options) {
   std::printf("\n%-14s %7s %10s %10s %12s %8s %10s %16s\n", "policy", "reached", "first s",
               "smooth s", "range s", "vs all", "vs best b", "per seed");
   for (const Policy& policy : policies) {
-    const auto [firstMedian, reached] = summary(first[policy.name]);
-    const auto smooth = summary(smoothed[policy.name]).first;
-    const std::string spread = range(smoothed[policy.name]);
+    const auto [firstMedian, reached] = summary(first.at(policy.name));
+    const auto smooth = summary(smoothed.at(policy.name)).first;
+    const std::string spread = range(smoothed.at(policy.name));
     const auto ratio = [](std::optional<double> a, std::optional<double> b) {
       return a && b ? formatTime(*a / *b) : std::string("-");
     };
@@ -371,7 +341,7 @@ int runSimulate(const SimulateOptions& options) {
         allMissed && smooth ? ">" + formatTime(options.timeS / *smooth) : ratio(all, smooth);
     SeedRatio perSeed;
     if (!bestStaticName.empty())
-      perSeed = seedRatio(smoothed[policy.name], smoothed[bestStaticName]);
+      perSeed = seedRatio(smoothed.at(policy.name), smoothed.at(bestStaticName));
     char perSeedText[48] = "-";
     if (perSeed.seeds > 0)
       std::snprintf(perSeedText, sizeof perSeedText, "%.3f +- %.3f", perSeed.mean,
@@ -395,6 +365,67 @@ int runSimulate(const SimulateOptions& options) {
       "target. CSVs in %s\n",
       bestStaticName.empty() ? "none reached the target" : bestStaticName.c_str(),
       out.string().c_str());
+}
+
+int runSimulate(const SimulateOptions& options) {
+  const topology::Topology graph = topology::loadTopology(options.topology);
+  const std::vector<Policy> policies = parsePolicies(options.policies);
+  const std::vector<std::uint64_t> seeds = parseSeeds(options.seeds);
+
+  // The daemon's config schema reads every setting: same keys, same checks.
+  const std::string base = "node: {id: " + graph.node(0).id + "}\ntopology: {file: unused}\n";
+  const config::NodeConfig common = config::readConfig(base, "--set", options.sets);
+  RunSetting setting;
+  setting.stragglers.resize(graph.size());
+  for (const StragglerFlag& flag : stragglerFlags(options.stragglers, graph, true)) {
+    std::vector<std::string> all = options.sets;
+    all.insert(all.end(), flag.overrides.begin(), flag.overrides.end());
+    setting.stragglers[flag.node].push_back(
+        config::stragglerSpec(config::readConfig(base, "--straggler", all)));
+  }
+
+  setting.attackers = parseAttacks(options.attacks, graph);
+  setting.downloads = parseDownloads(options.downloadMbps, options.downloads, graph);
+
+  const data::TrainTest data = data::load(config::dataSource(common));
+  const auto parts = data::partition(data.train, config::partitionOptions(common, graph.size()));
+  std::vector<data::Dataset> shares;
+  for (const auto& part : parts) shares.push_back(data::subset(data.train, part));
+  std::printf("%s; %zu nodes of %s, %s; target accuracy %.3f\n", data.description.c_str(),
+              graph.size(), graph.name().c_str(), common.model.kind.c_str(), options.target);
+
+  const fs::path out = options.output.empty() ? fs::path("runs") / "sim" : fs::path(options.output);
+  fs::create_directories(out);
+  Crossings first, smoothed;
+  for (const Policy& policy : policies) {
+    std::vector<std::string> overrides = options.sets;
+    overrides.insert(overrides.end(), policy.overrides.begin(), policy.overrides.end());
+    const config::NodeConfig cfg = config::readConfig(base, "--policy " + policy.name, overrides);
+    for (const std::uint64_t seed : seeds) {
+      const sim::SimOptions sim = simOptions(cfg, options, data, setting, seed);
+      const auto started = std::chrono::steady_clock::now();
+      const sim::SimResult result = policy.synchronous
+                                        ? sim::simulateSynchronous(graph, data, shares, sim)
+                                        : sim::simulate(graph, data, shares, sim);
+      const double wall =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      std::string name = policy.name;
+      std::replace(name.begin(), name.end(), ':', '-');
+      writeCsv(out / (name + "-seed" + std::to_string(seed) + ".csv"), result.samples);
+      first[policy.name].push_back(sim::firstCrossing(result.samples, options.target));
+      smoothed[policy.name].push_back(sim::firstCrossing(result.samples, options.target, 5));
+      const sim::Sample& last = result.samples.back();
+      std::printf(
+          "%-14s seed %-3llu %8.0f rounds/node  accuracy %.4f (nodes %.4f-%.4f)  b %.2f  "
+          "target at %s s  (%.1f s wall)\n",
+          policy.name.c_str(), static_cast<unsigned long long>(seed), last.meanRound, last.accuracy,
+          last.minAccuracy, last.maxAccuracy, last.meanBackups,
+          formatTime(first[policy.name].back()).c_str(), wall);
+      std::fflush(stdout);
+    }
+  }
+
+  summarize(options, policies, seeds, first, smoothed, out);
   return kExitOk;
 }
 
