@@ -336,57 +336,73 @@ std::optional<TrainerUpdate> TrainerEndpoint::handleMessage(const nlohmann::json
   if (!welcomed_) {
     if (type != "hello") {
       detach("the first message must be a hello");
-      return std::nullopt;
+    } else if (acceptHello(message)) {
+      welcomed_ = true;
+      ++counts_.attaches;
+      if (!holdWelcome_) welcome();
     }
-    const auto dimension = message.value("dimension", std::uint64_t{0});
-    const std::string dtype = message.value("dtype", std::string());
-    const bool learn = !shape();
-    if (learn && dimension >= 1 && dimension <= kMaxDimension &&
-        (dtype == "float32" || dtype == "float64")) {
-      // model.dimension/dtype: auto: this trainer's shape becomes the node's.
-      const TrainerOptions configured = options_;
-      if (options_.dimension == 0) options_.dimension = dimension;
-      if (!options_.dtype)
-        options_.dtype = dtype == "float64" ? wire::Dtype::Float64 : wire::Dtype::Float32;
-      try {
-        createRegion();
-      } catch (const Unavailable& e) {  // out of memory for it: refuse, stay open
-        options_ = configured;
-        refuseAttached(e.what());
-        return std::nullopt;
-      }
-      spdlog::info("the node trains {} {} parameters, as its first trainer (pid {})",
-                   options_.dimension, dtypeName(*options_.dtype), trainerPid_);
-      holdWelcome_ = true;
-    }
-    if (!shape() || dimension != options_.dimension || dtype != dtypeName(*options_.dtype)) {
-      const std::string ours = shape() ? std::to_string(options_.dimension) + " " +
-                                             dtypeName(*options_.dtype) + " parameters"
-                                       : "parameters of the first trainer's shape";
-      const std::string why = "this node trains " + ours + "; the trainer has " +
-                              std::to_string(dimension) + " " + dtype;
-      refuseAttached(why);
-      return std::nullopt;
-    }
-    welcomed_ = true;
-    ++counts_.attaches;
-    if (!holdWelcome_) welcome();
     return std::nullopt;
   }
   if (type == "init") {
-    if (!wantInit_) return std::nullopt;  // resumed or already initialised: ours stand
-    if (!finite(slot(0))) {
-      reject("non_finite initial parameters");
-      return std::nullopt;
-    }
-    initial_.emplace(slot(0).begin(), slot(0).end());
-    wantInit_ = false;
+    takeInit();
     return std::nullopt;
   }
   if (type != "update") {
     reject("unknown message type '" + type + "'");
     return std::nullopt;
   }
+  return takeUpdate(message);
+}
+
+// A trainer's hello: its shape becomes the node's (model.dimension/dtype:
+// auto, the first trainer) or must match it; else it is refused.
+bool TrainerEndpoint::acceptHello(const nlohmann::json& message) {
+  const auto dimension = message.value("dimension", std::uint64_t{0});
+  const std::string dtype = message.value("dtype", std::string());
+  const bool learn = !shape();
+  if (learn && dimension >= 1 && dimension <= kMaxDimension &&
+      (dtype == "float32" || dtype == "float64")) {
+    // model.dimension/dtype: auto: this trainer's shape becomes the node's.
+    const TrainerOptions configured = options_;
+    if (options_.dimension == 0) options_.dimension = dimension;
+    if (!options_.dtype)
+      options_.dtype = dtype == "float64" ? wire::Dtype::Float64 : wire::Dtype::Float32;
+    try {
+      createRegion();
+    } catch (const Unavailable& e) {  // out of memory for it: refuse, stay open
+      options_ = configured;
+      refuseAttached(e.what());
+      return false;
+    }
+    spdlog::info("the node trains {} {} parameters, as its first trainer (pid {})",
+                 options_.dimension, dtypeName(*options_.dtype), trainerPid_);
+    holdWelcome_ = true;
+  }
+  if (!shape() || dimension != options_.dimension || dtype != dtypeName(*options_.dtype)) {
+    const std::string ours = shape() ? std::to_string(options_.dimension) + " " +
+                                           dtypeName(*options_.dtype) + " parameters"
+                                     : "parameters of the first trainer's shape";
+    const std::string why =
+        "this node trains " + ours + "; the trainer has " + std::to_string(dimension) + " " + dtype;
+    refuseAttached(why);
+    return false;
+  }
+  return true;
+}
+
+// A fresh start's initial parameters in slot 0, once.
+void TrainerEndpoint::takeInit() {
+  if (!wantInit_) return;  // resumed or already initialised: ours stand
+  if (!finite(slot(0))) {
+    reject("non_finite initial parameters");
+    return;
+  }
+  initial_.emplace(slot(0).begin(), slot(0).end());
+  wantInit_ = false;
+}
+
+// An update of the round given, its values in slot 1 (and a delta's gradient in slot 2).
+std::optional<TrainerUpdate> TrainerEndpoint::takeUpdate(const nlohmann::json& message) {
   const std::string kind = message.value("kind", std::string("gradient"));
   const auto round = message.value("round", std::int64_t{-1});
   const auto loss = message.value("loss", 0.0);

@@ -101,6 +101,9 @@ class TrainerEndpoint {
   void detach(const std::string& why, const char* verb = "detached");
   std::optional<TrainerUpdate> handle(const std::string& line);
   std::optional<TrainerUpdate> handleMessage(const nlohmann::json& message);
+  bool acceptHello(const nlohmann::json& message);
+  void takeInit();
+  std::optional<TrainerUpdate> takeUpdate(const nlohmann::json& message);
   void reject(const std::string& reason);
   void send(const std::string& line, int passFd = -1);
   void announce();
