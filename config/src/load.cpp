@@ -318,6 +318,74 @@ AppliedTopology checkTopology(const NodeConfig& running, const topology::NodeSpe
   return {std::move(graph), *index};
 }
 
+namespace {
+
+// security.curve: the node's key pair, checked against the topology's public keys.
+std::optional<CurveKeyPair> curveOf(const NodeConfig& config, const topology::Topology& graph,
+                                    std::size_t index, const Origins& origins) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  std::optional<CurveKeyPair> curve;
+  if (config.security.curve) {
+    for (const topology::NodeSpec& node : graph.nodes()) {
+      if (node.publicKey.empty()) {
+        failAt(origins, "security.curve",
+               "security.curve needs a public_key for every node; '" + node.id + "' in " +
+                   config.topology.file + " has none");
+      }
+    }
+    const std::string& keyFile = config.security.secretKeyFile;
+    if (!fs::is_regular_file(keyFile, error)) {
+      failAt(origins, "security.secret_key_file", "key file '" + keyFile + "' does not exist");
+    }
+    curve = readKeyFile(keyFile);
+    if (curve->publicKey != graph.node(index).publicKey) {
+      failAt(origins, "security.secret_key_file",
+             "the key pair in '" + keyFile + "' does not belong to node '" + config.node.id +
+                 "': its public key differs from the node's public_key in " + config.topology.file);
+    }
+  }
+  return curve;
+}
+
+// The trainer's group and socket (beside the status socket unless set),
+// checked where a trainer attaches (model.kind: external) before any bind.
+std::optional<std::uint32_t> settleTrainer(NodeConfig& config, const Origins& origins) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  std::optional<std::uint32_t> trainerGroup;
+  if (!config.trainer.group.empty()) {
+    const group* entry = ::getgrnam(config.trainer.group.c_str());
+    if (entry == nullptr)
+      failAt(origins, "trainer.group", "no group named '" + config.trainer.group + "'");
+    trainerGroup = entry->gr_gid;
+  }
+  const bool defaultTrainerSocket = config.trainer.socket.empty();
+  if (defaultTrainerSocket) {
+    const std::string& status = config.status.socket;
+    const bool dotSock = status.size() > 5 && status.ends_with(".sock");
+    config.trainer.socket =
+        (dotSock ? status.substr(0, status.size() - 5) : status) + ".trainer.sock";
+  }
+  if (isExternal(config)) {
+    // Found here, not when the daemon binds it (that would be exit 69, after the ports).
+    const std::string& trainerSocket = config.trainer.socket;
+    const std::string key = defaultTrainerSocket ? "status.socket" : "trainer.socket";
+    const std::string what = "trainer socket '" + trainerSocket + "'" +
+                             (defaultTrainerSocket ? " (beside status.socket)" : "");
+    const fs::path socketFolder = fs::path(trainerSocket).parent_path();
+    if (!socketFolder.empty() && !fs::is_directory(socketFolder, error))
+      failAt(origins, key, what + ": folder '" + socketFolder.string() + "' does not exist");
+    if (trainerSocket.size() >= sizeof(sockaddr_un::sun_path))
+      failAt(origins, key,
+             what + ": a Unix socket path has at most " +
+                 std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");
+  }
+  return trainerGroup;
+}
+
+}  // namespace
+
 LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>& overrides) {
   namespace fs = std::filesystem;
   Origins origins;
@@ -361,26 +429,7 @@ LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>&
     }
   }
   checkDegree(config, graph.inNeighbors(*index).size(), origins);
-  std::optional<CurveKeyPair> curve;
-  if (config.security.curve) {
-    for (const topology::NodeSpec& node : graph.nodes()) {
-      if (node.publicKey.empty()) {
-        failAt(origins, "security.curve",
-               "security.curve needs a public_key for every node; '" + node.id + "' in " +
-                   config.topology.file + " has none");
-      }
-    }
-    const std::string& keyFile = config.security.secretKeyFile;
-    if (!fs::is_regular_file(keyFile, error)) {
-      failAt(origins, "security.secret_key_file", "key file '" + keyFile + "' does not exist");
-    }
-    curve = readKeyFile(keyFile);
-    if (curve->publicKey != graph.node(*index).publicKey) {
-      failAt(origins, "security.secret_key_file",
-             "the key pair in '" + keyFile + "' does not belong to node '" + config.node.id +
-                 "': its public key differs from the node's public_key in " + config.topology.file);
-    }
-  }
+  std::optional<CurveKeyPair> curve = curveOf(config, graph, *index, origins);
   const bool statusFromTopology =
       config.status.socket.empty() && !graph.node(*index).status.empty();
   if (config.status.socket.empty()) {
@@ -389,34 +438,7 @@ LoadedConfig loadConfig(const std::string& path, const std::vector<std::string>&
         fromTopology.empty() ? "/run/consensusd/" + config.node.id + ".sock" : fromTopology;
   }
 
-  std::optional<std::uint32_t> trainerGroup;
-  if (!config.trainer.group.empty()) {
-    const group* entry = ::getgrnam(config.trainer.group.c_str());
-    if (entry == nullptr)
-      failAt(origins, "trainer.group", "no group named '" + config.trainer.group + "'");
-    trainerGroup = entry->gr_gid;
-  }
-  const bool defaultTrainerSocket = config.trainer.socket.empty();
-  if (defaultTrainerSocket) {
-    const std::string& status = config.status.socket;
-    const bool dotSock = status.size() > 5 && status.ends_with(".sock");
-    config.trainer.socket =
-        (dotSock ? status.substr(0, status.size() - 5) : status) + ".trainer.sock";
-  }
-  if (isExternal(config)) {
-    // Found here, not when the daemon binds it (that would be exit 69, after the ports).
-    const std::string& trainerSocket = config.trainer.socket;
-    const std::string key = defaultTrainerSocket ? "status.socket" : "trainer.socket";
-    const std::string what = "trainer socket '" + trainerSocket + "'" +
-                             (defaultTrainerSocket ? " (beside status.socket)" : "");
-    const fs::path socketFolder = fs::path(trainerSocket).parent_path();
-    if (!socketFolder.empty() && !fs::is_directory(socketFolder, error))
-      failAt(origins, key, what + ": folder '" + socketFolder.string() + "' does not exist");
-    if (trainerSocket.size() >= sizeof(sockaddr_un::sun_path))
-      failAt(origins, key,
-             what + ": a Unix socket path has at most " +
-                 std::to_string(sizeof(sockaddr_un::sun_path) - 1) + " bytes");
-  }
+  const std::optional<std::uint32_t> trainerGroup = settleTrainer(config, origins);
   // The daemon makes the status socket's folder if it is missing: one it
   // cannot make is found here (78), not at bind time (69).
   if (const auto why = cannotMakeFolder(fs::path(config.status.socket).parent_path())) {
