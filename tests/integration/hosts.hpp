@@ -119,15 +119,16 @@ inline std::int64_t roundOf(const TempDir& dir, std::size_t i) {
   return status(dir, i).value("round", std::int64_t{-1});
 }
 
-// The parameters of node i's newest checkpoint (float32 after the 48-byte header).
+// The parameters of node i's newest checkpoint: float32 after the 44-byte
+// header, the CRC-32C after them (no momentum: one vector).
 inline std::vector<float> parameters(const TempDir& dir, std::size_t i) {
   const json answer =
       cli::askDaemon(dir.path() + "/n" + std::to_string(i) + ".sock", {{"cmd", "checkpoint"}}, 10s);
   std::ifstream in(answer.at("path").get<std::string>(), std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  REQUIRE(bytes.size() > 52);
-  std::vector<float> values((bytes.size() - 52) / 4);
-  std::memcpy(values.data(), bytes.data() + 48, values.size() * 4);
+  REQUIRE(bytes.size() > 48);
+  std::vector<float> values((bytes.size() - 48) / 4);
+  std::memcpy(values.data(), bytes.data() + 44, values.size() * 4);
   return values;
 }
 
