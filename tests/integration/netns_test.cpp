@@ -36,6 +36,17 @@ namespace {
 
 constexpr std::size_t kNodes = 4;
 
+// Each node's round and the end of its log (n<i>.log in `dir`).
+std::string logTails(const TempDir& dir, std::size_t nodes) {
+  std::string text;
+  for (std::size_t i = 0; i < nodes; ++i) {
+    const std::string log = readText(dir.path() + "/n" + std::to_string(i) + ".log");
+    text += "n" + std::to_string(i) + " round " + std::to_string(roundOf(dir, i)) +
+            ", log ends:\n" + log.substr(log.size() > 1500 ? log.size() - 1500 : 0) + "\n";
+  }
+  return text;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -57,17 +68,7 @@ TEST_CASE(
                  "train.eval_every_rounds=0", "train.rounds=0", "consensus.peer_timeout_ms=500",
                  "checkpoint.every_rounds=0"}));
   }
-  // What each node says and last logged, shown only when a wait fails.
-  const auto nodes = [&] {
-    std::string text;
-    for (std::size_t i = 0; i < kNodes; ++i) {
-      const std::string log = readText(dir.path() + "/n" + std::to_string(i) + ".log");
-      text += "n" + std::to_string(i) + " round " + std::to_string(roundOf(dir, i)) +
-              ", log ends:\n" + log.substr(log.size() > 1500 ? log.size() - 1500 : 0) + "\n";
-    }
-    return text;
-  };
-  INFO(nodes());
+  INFO(logTails(dir, kNodes));  // shown only when a check fails
   const auto allPast = [&](std::int64_t round) {
     for (std::size_t i = 0; i < kNodes; ++i)
       if (roundOf(dir, i) <= round) return false;
@@ -157,8 +158,10 @@ TEST_CASE("the netns testbed grows a running ring of 4 hosts to 6 and shrinks it
                     "--set",        "train.rounds=0",
                     "--set",        "consensus.peer_timeout_ms=1000"},
                    run.path() + "/testbed.log");
-  REQUIRE(waitFor([&] { return allPast(4, 200); }, 60s));
+  // What the testbed and each daemon last logged, shown only when a check fails.
   INFO(readText(run.path() + "/testbed.log"));
+  INFO(logTails(run, 6));
+  REQUIRE(waitFor([&] { return allPast(4, 200); }, 60s));
 
   // Grown: two namespaces and daemons more; the running nodes took the graph first.
   const std::string grown = testbed("grow", "6");
