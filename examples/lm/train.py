@@ -12,7 +12,7 @@ warm-up, cosine, clipping); consensusd.torch.Optimizer makes --local-steps
 AdamW steps one round of the node, whose daemon mixes the delta with the
 neighbours that answered in time and takes the outer step (train.outer;
 DiLoCo's Nesterov in the comparisons). The daemon's train.rounds must be
---steps / --local-steps. Node 0 measures the validation loss every
+--steps / --local-steps (times 1 + --mix-rounds). Node 0 measures the validation loss every
 --eval-every steps (a multiple of --local-steps: at a round's x_k); every node
 measures its final parameters on all the validation text. --sample N prints N bytes the final model writes.
 
@@ -32,6 +32,11 @@ import model as lm
 import training
 
 
+def deltas(optimizer, args):
+    """The deltas the node's rounds so far stand for (1 + --mix-rounds rounds each)."""
+    return optimizer.round // (1 + args.mix_rounds)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--socket", help="the node's trainer socket (trainer.socket)")
@@ -39,6 +44,12 @@ def main():
     parser.add_argument("--nodes", type=int, default=1, help="how many nodes share the text")
     parser.add_argument("--single", action="store_true", help="train alone on all the text")
     parser.add_argument("--local-steps", type=int, default=1, help="AdamW steps per round")
+    parser.add_argument("--mix-rounds", type=int, default=0,
+                        help="rounds that only mix after each delta (consensusd.torch.Optimizer)")
+    parser.add_argument("--outer-lr", type=float, default=1.0,
+                        help="with --mix-rounds: the outer Nesterov step's rate (1: none)")
+    parser.add_argument("--outer-momentum", type=float, default=0.0,
+                        help="with --mix-rounds: its momentum (DiLoCo: 0.7 and 0.9)")
     parser.add_argument("--reconnect", action="store_true", help="ride out daemon restarts")
     parser.add_argument("--sample", type=int, default=0, help="bytes to sample at the end")
     training.add_arguments(parser)
@@ -63,8 +74,12 @@ def main():
         import consensusd.torch
         optimizer = consensusd.torch.Optimizer(adamw, model, socket=args.socket, timeout=120,
                                                reconnect=args.reconnect,
-                                               local_steps=args.local_steps)
-        step = optimizer.round * args.local_steps  # a resumed node goes on with its schedule
+                                               local_steps=args.local_steps,
+                                               mix_rounds=args.mix_rounds,
+                                               outer_lr=args.outer_lr,
+                                               outer_momentum=args.outer_momentum)
+        step = deltas(optimizer, args) * args.local_steps  # a resumed node goes on
+
     start = training.started()
     measure_every = args.eval_every or args.steps
     while step < args.steps:
@@ -84,7 +99,7 @@ def main():
             step += 1
         elif optimizer.step(loss=loss.item(), test_loss=test_loss, samples=inputs.numel()):
             # the round's next step, or the next round's first
-            step = optimizer.round * args.local_steps + (step + 1) % args.local_steps
+            step = deltas(optimizer, args) * args.local_steps + (step + 1) % args.local_steps
         else:
             print(f"the node finished training ({optimizer.finished}) at "
                   f"{time.monotonic() - start:.1f} s", flush=True)

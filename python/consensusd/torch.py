@@ -146,13 +146,32 @@ class Optimizer:
     daemon's checkpointed x); else a lost daemon raises consensusd.DaemonLost.
     local_steps: optimizer steps per round (one delta to the daemon after them).
     When the node's round jumps (rounds went by without this trainer), an
-    optimizer with moved() (consensusd.torch.Adam) is told."""
+    optimizer with moved() (consensusd.torch.Adam) is told.
+    mix_rounds: rounds after each delta that only mix (a zero delta, sent by
+    step() itself): the node's next steps start from its neighbours' average
+    after their steps rather than from that average plus its own last delta
+    (docs/trainers.md, "Local steps and an outer step"); a delta then takes
+    1 + mix_rounds of the node's rounds (train.rounds). With them,
+    outer_lr and outer_momentum take DiLoCo's outer Nesterov step on what
+    the mix moved since the local steps began (1.0 and 0: none)."""
 
-    def __init__(self, optimizer, model, socket, timeout=30.0, reconnect=False, local_steps=1):
+    def __init__(self, optimizer, model, socket, timeout=30.0, reconnect=False, local_steps=1,
+                 mix_rounds=0, outer_lr=1.0, outer_momentum=0.0):
         if int(local_steps) != local_steps or local_steps < 1:
             raise ValueError(f"local_steps must be a whole number >= 1, not {local_steps!r}")
+        if int(mix_rounds) != mix_rounds or mix_rounds < 0:
+            raise ValueError(f"mix_rounds must be a whole number >= 0, not {mix_rounds!r}")
+        if not (outer_lr > 0 and 0 <= outer_momentum < 1):
+            raise ValueError("outer_lr must be > 0 and outer_momentum in [0, 1)")
+        outer = (outer_lr, outer_momentum) != (1.0, 0.0)
+        if outer and mix_rounds < 1:
+            raise ValueError("an outer step (outer_lr, outer_momentum) needs mix_rounds >= 1")
         self.optimizer = optimizer
         self.local_steps = int(local_steps)
+        self.mix_rounds = int(mix_rounds)
+        self._outer = (float(outer_lr), float(outer_momentum)) if outer else None
+        self._slow = None  # the outer step's parameters: where the next local steps start
+        self._velocity = None
         self._losses = []  # of this round's steps so far
         self._samples = 0  # of this round's steps so far, as given
         self._gradient = None  # the round's first gradient, at x_k
@@ -165,6 +184,7 @@ class Optimizer:
         self._rounds = self._node.rounds()
         self._round = None
         self._next_round()
+        self._first = self._x  # where the first local steps begin
 
     @property
     def round(self):
@@ -219,7 +239,33 @@ class Optimizer:
         except consensusd.UpdateRejected:
             self._load(self._x)  # the round again, from x_k
             raise
-        return self._next_round()
+        if not self._next_round():
+            return False
+        # Rounds that only mix (a zero delta): every node's next steps start
+        # from the mix of its neighbours' parameters after their steps, not
+        # from that mix plus its own last delta.
+        for _ in range(self.mix_rounds):
+            self._round.submit(np.zeros_like(self._x), loss=float(np.mean(losses)), kind="delta",
+                               samples=0)
+            if not self._next_round():
+                return False
+        if self._outer is not None:
+            self._outer_step()
+        return True
+
+    def _outer_step(self):
+        """DiLoCo's outer Nesterov step on the mix's motion since the last
+        local steps began (the neighbours' average pseudo-gradient); the next
+        local steps start from its result, and their delta is taken from the
+        daemon's x_k as ever."""
+        lr, momentum = self._outer
+        if self._slow is None:  # the first local steps began at the node's x_0
+            self._slow = self._first.copy()
+            self._velocity = np.zeros_like(self._slow)
+        pseudo = self._x - self._slow
+        self._velocity = momentum * self._velocity + pseudo
+        self._slow = self._slow + lr * (pseudo + momentum * self._velocity)
+        self._load(self._slow)
 
     def state_dict(self):
         return self.optimizer.state_dict()

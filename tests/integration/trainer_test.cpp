@@ -392,6 +392,51 @@ TEST_CASE("external trainers: local_steps=4, four Adam steps a round and one del
     CHECK(lines[k]["samples"] == 128 * (lines[k]["round"].get<std::int64_t>() + 1));
 }
 
+TEST_CASE("external trainers: mix_rounds=1, a round that only mixes after each delta") {
+  // 2 nodes, 4 Adam steps and a delta, then a round with a zero delta: the
+  // next steps start from the two nodes' average (they agree exactly, both
+  // mixing everything), plain or through the trainer's outer Nesterov step.
+  auto overrides = externalModel(100);
+  overrides.push_back("consensus.policy=all");
+  overrides.push_back("model.dimension=5");
+  std::vector<std::string> outer;
+  SUBCASE("no outer step") {}
+  SUBCASE("outer step 0.5, 0.5") {
+    outer = {"--outer", "0.5", "0.5"};
+  }
+  CAPTURE(outer.size());
+  Cluster cluster(2, overrides);
+  cluster.startAll();
+  std::vector<std::unique_ptr<Child>> trainers;
+  for (std::size_t i = 0; i < 2; ++i) {
+    REQUIRE(waitFor([&] { return answers(cluster, i); }, 30s));
+    std::vector<std::string> args{trainerSocket(cluster, i), std::to_string(i), "4", "--mix-rounds",
+                                  "1"};
+    args.insert(args.end(), outer.begin(), outer.end());
+    trainers.push_back(std::make_unique<Child>(pythonArgv("torch_linear.py", args),
+                                               cluster.path("torch" + std::to_string(i))));
+  }
+  for (std::size_t i = 0; i < 2; ++i) {
+    REQUIRE(cluster.child(i).wait(120s) == std::optional<int>(0));
+    REQUIRE(trainers[i]->wait(60s) == std::optional<int>(0));
+    const auto lines = linesOf(cluster.path("torch" + std::to_string(i)));
+    REQUIRE(lines.size() == 1);
+    CAPTURE(lines[0]);
+    CHECK(lines[0]["finished"] == "rounds");
+    CHECK(lines[0]["steps"] == 4 * 50);  // 100 rounds: 50 deltas of four steps
+    const std::vector<double> weight = lines[0]["weight"];
+    const std::vector<double> truth{1.0, -2.0, 3.0, 0.5};
+    for (std::size_t k = 0; k < 4; ++k) CHECK(weight[k] == doctest::Approx(truth[k]).epsilon(0.05));
+  }
+  // Every other round trained 4 x 32 samples; the mixing rounds none.
+  const auto lines = linesOf(cluster.path("n0.jsonl"));
+  REQUIRE(lines.size() > 100);
+  for (std::size_t k = 0; k + 1 < lines.size(); ++k) {
+    const auto round = lines[k]["round"].get<std::int64_t>();
+    CHECK(lines[k]["samples"] == 128 * (round / 2 + 1));
+  }
+}
+
 TEST_CASE(
     "external trainers: a reconnecting trainer rides out SIGKILL and SIGTERM restarts, ends with "
     "the node") {

@@ -442,8 +442,9 @@ std::optional<TrainerUpdate> TrainerEndpoint::takeUpdate(const nlohmann::json& m
   }
   // The training samples behind the update (for bytes per sample).
   const std::optional<double> samples = optionalNumber(message, "samples");
-  if (samples && !(*samples >= 1 && *samples <= kMaxSamples && std::floor(*samples) == *samples)) {
-    reject("samples must be a whole number in [1, 2^30]");
+  // 0: a round that only mixes (consensusd.torch.Optimizer's mix_rounds).
+  if (samples && !(*samples >= 0 && *samples <= kMaxSamples && std::floor(*samples) == *samples)) {
+    reject("samples must be a whole number in [0, 2^30]");
     return std::nullopt;
   }
   TrainerUpdate update;

@@ -41,6 +41,9 @@ def main():
     parser.add_argument("node", type=int)
     parser.add_argument("local_steps", type=int, nargs="?", default=1)
     parser.add_argument("--nodes", type=int)
+    parser.add_argument("--mix-rounds", type=int, default=0)
+    parser.add_argument("--outer", type=float, nargs=2, default=(1.0, 0.0),
+                        metavar=("LR", "MOMENTUM"))
     parser.add_argument("--pause-at", type=int)
     parser.add_argument("--until")
     args = parser.parse_args()
@@ -52,7 +55,9 @@ def main():
         adam = CountingAdam(model.parameters(), lr=0.05, nodes=args.nodes)
     else:
         adam = torch.optim.Adam(model.parameters(), lr=0.05)
-    opt = consensusd.torch.Optimizer(adam, model, args.socket, local_steps=args.local_steps)
+    opt = consensusd.torch.Optimizer(adam, model, args.socket, local_steps=args.local_steps,
+                                     mix_rounds=args.mix_rounds, outer_lr=args.outer[0],
+                                     outer_momentum=args.outer[1])
     steps = jumps = 0
     last = opt.round
     training = True
