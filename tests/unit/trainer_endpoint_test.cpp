@@ -258,7 +258,7 @@ TEST_CASE("trainer endpoint: fields of the wrong type or out of range are reject
            {"accuracy", -0.1},
            {"test_loss", -1.0},
            {"grad_variance", -1.0},
-           {"samples", 0},
+           {"samples", -1},
            {"samples", 2.5},
            {"samples", 1e12},
            {"gradient", true}}) {  // a gradient beside a gradient: only a delta has one
