@@ -21,6 +21,7 @@
 #include "network/transport.hpp"
 #include "node/deliver.hpp"
 #include "node/graph_change.hpp"
+#include "node/part_options.hpp"
 #include "node/status_snapshot.hpp"
 #include "node/trainer_start.hpp"
 #include "os/event_fd.hpp"
@@ -66,7 +67,9 @@ class Node {
 
   int run() {
     loadData();
-    transport_.emplace(graphs_.graph(), graphs_.self(), transportOptions());
+    transport_.emplace(
+        graphs_.graph(), graphs_.self(),
+        transportOptions(loaded_, graphs_.graph(), graphs_.self(), dimension_, dtype()));
     linkWatch_.emplace(dimension_ * sizeof(Scalar));
     if (config::isExternal(cfg_) && !trainer_)
       trainer_ = std::make_unique<TrainerEndpoint>(trainerOptions(cfg_, loaded_));
@@ -122,20 +125,6 @@ class Node {
         static_cast<std::uint64_t>(cfg_.data.seed) * 7919u + graphs_.self(),
         config::stragglerSpec(cfg_));
     dimension_ = worker_->dimension();
-  }
-
-  TransportOptions transportOptions() const {
-    TransportOptions options;
-    options.bind =
-        cfg_.node.bind.empty() ? graphs_.graph().node(graphs_.self()).endpoint : cfg_.node.bind;
-    options.expect = {graphs_.graph().hash(), dimension_, dtype(), engineOptions_.compression};
-    options.curve = loaded_.curve;
-    options.peerTimeout = engineOptions_.peerTimeout;
-    options.staleness = cfg_.consensus.staleness;
-    options.linkDelay = [spec = config::stragglerSpec(cfg_)](std::int64_t round) {
-      return consensus::linkDelayAt(spec, round);
-    };
-    return options;
   }
 
   void resume() {

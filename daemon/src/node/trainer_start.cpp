@@ -3,24 +3,10 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
-#include "consensusd/config/params.hpp"
+#include "node/part_options.hpp"
 #include "os/event_fd.hpp"
 
 namespace consensusd::daemon {
-
-TrainerOptions trainerOptions(const config::NodeConfig& cfg, const config::LoadedConfig& loaded) {
-  TrainerOptions options;
-  options.socket = cfg.trainer.socket;
-  if (loaded.trainerGroup) options.group = static_cast<gid_t>(*loaded.trainerGroup);
-  options.dimension = cfg.model.dimension == config::kAutoDimension
-                          ? 0
-                          : static_cast<std::size_t>(cfg.model.dimension);
-  if (cfg.model.dtype == config::kAuto)
-    options.dtype.reset();
-  else
-    options.dtype = config::usesFloat64(cfg) ? wire::Dtype::Float64 : wire::Dtype::Float32;
-  return options;
-}
 
 // model.dimension/dtype: auto: binds the trainer socket and waits for the
 // first trainer, whose parameters decide the node's, before the node binds

@@ -1,7 +1,6 @@
 #pragma once
-// An external trainer's endpoint as the config asks for it, and the start
-// of a node whose shape (model.dimension/dtype: auto) its first trainer
-// decides.
+// The start of a node whose shape (model.dimension/dtype: auto) its first
+// trainer decides.
 
 #include <memory>
 
@@ -10,8 +9,6 @@
 #include "trainer/trainer_endpoint.hpp"
 
 namespace consensusd::daemon {
-
-TrainerOptions trainerOptions(const config::NodeConfig& cfg, const config::LoadedConfig& loaded);
 
 // Binds the trainer socket and waits for the first trainer, whose
 // parameters decide the node's, before the node binds its port or joins
