@@ -15,10 +15,13 @@ Eigen::Map<const Vector> vectorOf(std::span<const std::byte> bytes) {
 template <class Scalar>
 std::optional<FedUpdate> TrainerFeed<Scalar>::take(const TrainerUpdate& update, Engine& engine,
                                                    consensus::Time now) {
-  const auto delay = std::chrono::duration_cast<consensus::Duration>(straggler_.extraDelay(
-      update.round, std::chrono::duration_cast<consensus::Duration>(update.elapsed)));
   const Eigen::Map<const Vector> values = vectorOf<Vector>(update.values);
   const Eigen::Map<const Vector> gradient = vectorOf<Vector>(update.gradient);
+  // A round that only mixes (0 samples) computed nothing to slow down: no
+  // delay and no draw, so the stragglers' sequence is the delta rounds'.
+  if (update.samples == std::uint64_t{0}) return feed(update, values, gradient, engine, now);
+  const auto delay = std::chrono::duration_cast<consensus::Duration>(straggler_.extraDelay(
+      update.round, std::chrono::duration_cast<consensus::Duration>(update.elapsed)));
   if (delay <= consensus::Duration::zero()) return feed(update, values, gradient, engine, now);
   held_.emplace(
       HeldUpdate{update, values, gradient, now + delay});  // copies: the region is the trainer's

@@ -3,7 +3,8 @@
 // gradient, or a delta with or without the gradient it came from. An
 // emulated straggler (straggler.*) holds an update as the built-in compute
 // thread sleeps: the trainer's own time counts as compute, the extra delay
-// is added on top. Engine thread only.
+// is added on top; an update of 0 samples (a round that only mixes) is
+// never held. Engine thread only.
 
 #include <cstdint>
 #include <optional>
