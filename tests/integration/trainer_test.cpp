@@ -93,6 +93,39 @@ std::vector<std::unique_ptr<Child>> attachQuadraticTrainers(const Cluster& clust
   return trainers;
 }
 
+// Two daemons (`overrides`, 100 rounds of a 5-parameter model, every
+// neighbour mixed) with a torch_linear.py trainer each taking 4 Adam steps
+// a round (`extra` after its socket, node and steps): both trainers finish
+// with `steps` steps at the true weights. Node 0's metrics lines.
+std::vector<json> trainLinearPair(std::vector<std::string> overrides,
+                                  const std::vector<std::string>& extra, int steps) {
+  overrides.push_back("consensus.policy=all");
+  overrides.push_back("model.dimension=5");
+  Cluster cluster(2, overrides);
+  cluster.startAll();
+  std::vector<std::unique_ptr<Child>> trainers;
+  for (std::size_t i = 0; i < 2; ++i) {
+    REQUIRE(waitFor([&] { return answers(cluster, i); }, 30s));
+    std::vector<std::string> args{trainerSocket(cluster, i), std::to_string(i), "4"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    trainers.push_back(std::make_unique<Child>(pythonArgv("torch_linear.py", args),
+                                               cluster.path("torch" + std::to_string(i))));
+  }
+  for (std::size_t i = 0; i < 2; ++i) {
+    REQUIRE(cluster.child(i).wait(120s) == std::optional<int>(0));
+    REQUIRE(trainers[i]->wait(60s) == std::optional<int>(0));
+    const auto lines = linesOf(cluster.path("torch" + std::to_string(i)));
+    REQUIRE(lines.size() == 1);
+    CAPTURE(lines[0]);
+    CHECK(lines[0]["finished"] == "rounds");
+    CHECK(lines[0]["steps"] == steps);
+    const std::vector<double> weight = lines[0]["weight"];
+    const std::vector<double> truth{1.0, -2.0, 3.0, 0.5};
+    for (std::size_t k = 0; k < 4; ++k) CHECK(weight[k] == doctest::Approx(truth[k]).epsilon(0.05));
+  }
+  return linesOf(cluster.path("n0.jsonl"));
+}
+
 }  // namespace
 
 TEST_CASE("external trainers: a ring of three trains to the network's optimum") {
@@ -349,7 +382,6 @@ TEST_CASE("external trainers: a trainer whose node skipped rounds tells consensu
 
 TEST_CASE("external trainers: local_steps=4, four Adam steps a round and one delta") {
   auto overrides = externalModel(100);
-  overrides.push_back("consensus.policy=all");
   // The delta taken as it is, and through an outer Nesterov step (lr and
   // mu such that a steady delta moves x as much as plain does: Adam's
   // near-constant steps would otherwise overshoot the optimum 7-fold).
@@ -362,30 +394,8 @@ TEST_CASE("external trainers: local_steps=4, four Adam steps a round and one del
   }
   CAPTURE(outer);
   overrides.push_back("train.outer=" + outer);
-  overrides.push_back("model.dimension=5");
-  Cluster cluster(2, overrides);
-  cluster.startAll();
-  std::vector<std::unique_ptr<Child>> trainers;
-  for (std::size_t i = 0; i < 2; ++i) {
-    REQUIRE(waitFor([&] { return answers(cluster, i); }, 30s));
-    trainers.push_back(std::make_unique<Child>(
-        pythonArgv("torch_linear.py", {trainerSocket(cluster, i), std::to_string(i), "4"}),
-        cluster.path("torch" + std::to_string(i))));
-  }
-  for (std::size_t i = 0; i < 2; ++i) {
-    REQUIRE(cluster.child(i).wait(120s) == std::optional<int>(0));
-    REQUIRE(trainers[i]->wait(60s) == std::optional<int>(0));
-    const auto lines = linesOf(cluster.path("torch" + std::to_string(i)));
-    REQUIRE(lines.size() == 1);
-    CAPTURE(lines[0]);
-    CHECK(lines[0]["finished"] == "rounds");
-    CHECK(lines[0]["steps"] == 4 * 100);  // 100 rounds of four steps
-    const std::vector<double> weight = lines[0]["weight"];
-    const std::vector<double> truth{1.0, -2.0, 3.0, 0.5};
-    for (std::size_t k = 0; k < 4; ++k) CHECK(weight[k] == doctest::Approx(truth[k]).epsilon(0.05));
-  }
+  const auto lines = trainLinearPair(overrides, {}, 4 * 100);  // 100 rounds of four steps
   // The daemon saw 100 rounds, not 400, of 4 x 32 samples each.
-  const auto lines = linesOf(cluster.path("n0.jsonl"));
   REQUIRE(!lines.empty());
   CHECK(lines.back()["round"] == 100);
   for (std::size_t k = 0; k + 1 < lines.size(); ++k)
@@ -393,43 +403,18 @@ TEST_CASE("external trainers: local_steps=4, four Adam steps a round and one del
 }
 
 TEST_CASE("external trainers: mix_rounds=1, a round that only mixes after each delta") {
-  // 2 nodes, 4 Adam steps and a delta, then a round with a zero delta: the
-  // next steps start from the two nodes' average (they agree exactly, both
+  // 4 Adam steps and a delta, then a round with a zero delta: the next
+  // steps start from the two nodes' average (they agree exactly, both
   // mixing everything), plain or through the trainer's outer Nesterov step.
-  auto overrides = externalModel(100);
-  overrides.push_back("consensus.policy=all");
-  overrides.push_back("model.dimension=5");
-  std::vector<std::string> outer;
+  std::vector<std::string> extra{"--mix-rounds", "1"};
   SUBCASE("no outer step") {}
   SUBCASE("outer step 0.5, 0.5") {
-    outer = {"--outer", "0.5", "0.5"};
+    extra.insert(extra.end(), {"--outer", "0.5", "0.5"});
   }
-  CAPTURE(outer.size());
-  Cluster cluster(2, overrides);
-  cluster.startAll();
-  std::vector<std::unique_ptr<Child>> trainers;
-  for (std::size_t i = 0; i < 2; ++i) {
-    REQUIRE(waitFor([&] { return answers(cluster, i); }, 30s));
-    std::vector<std::string> args{trainerSocket(cluster, i), std::to_string(i), "4", "--mix-rounds",
-                                  "1"};
-    args.insert(args.end(), outer.begin(), outer.end());
-    trainers.push_back(std::make_unique<Child>(pythonArgv("torch_linear.py", args),
-                                               cluster.path("torch" + std::to_string(i))));
-  }
-  for (std::size_t i = 0; i < 2; ++i) {
-    REQUIRE(cluster.child(i).wait(120s) == std::optional<int>(0));
-    REQUIRE(trainers[i]->wait(60s) == std::optional<int>(0));
-    const auto lines = linesOf(cluster.path("torch" + std::to_string(i)));
-    REQUIRE(lines.size() == 1);
-    CAPTURE(lines[0]);
-    CHECK(lines[0]["finished"] == "rounds");
-    CHECK(lines[0]["steps"] == 4 * 50);  // 100 rounds: 50 deltas of four steps
-    const std::vector<double> weight = lines[0]["weight"];
-    const std::vector<double> truth{1.0, -2.0, 3.0, 0.5};
-    for (std::size_t k = 0; k < 4; ++k) CHECK(weight[k] == doctest::Approx(truth[k]).epsilon(0.05));
-  }
+  CAPTURE(extra.size());
+  // 100 rounds: 50 deltas of four steps.
+  const auto lines = trainLinearPair(externalModel(100), extra, 4 * 50);
   // Every other round trained 4 x 32 samples; the mixing rounds none.
-  const auto lines = linesOf(cluster.path("n0.jsonl"));
   REQUIRE(lines.size() > 100);
   for (std::size_t k = 0; k + 1 < lines.size(); ++k) {
     const auto round = lines[k]["round"].get<std::int64_t>();
@@ -561,13 +546,13 @@ TEST_CASE("external trainers: a trainer killed mid-run leaves its node up, a new
   CHECK(lines.front()["round"] == stuck);  // resumed at the node's round, its x
 }
 
-// The language-model example (examples/lm/train.py) through two daemons
-// with what the comparisons use: 4 AdamW steps a round, int8 estimates,
-// DiLoCo's outer Nesterov step, dynamic backup neighbours.
+// The language-model example (examples/lm/train.py) through two daemons:
+// 4 AdamW steps, then a round that only mixes (12 deltas, 24 rounds), int8
+// estimates, dynamic backup neighbours.
 TEST_CASE("external trainers: the language model's validation loss falls and the nodes agree") {
-  Cluster cluster(2, {"model.kind=external", "model.dimension=auto", "train.rounds=12",
-                      "consensus.policy=dynamic", "consensus.compression=int8",
-                      "train.outer=nesterov", "consensus.peer_timeout_ms=5000"});
+  Cluster cluster(2, {"model.kind=external", "model.dimension=auto", "train.rounds=24",
+                      "consensus.policy=dynamic", "consensus.compression=int8", "train.outer=plain",
+                      "consensus.peer_timeout_ms=5000"});
   cluster.startAll();
   std::vector<std::unique_ptr<Child>> trainers;
   const std::string script = std::string(CONSENSUSD_SOURCE_DIR) + "/examples/lm/train.py";
@@ -593,6 +578,8 @@ TEST_CASE("external trainers: the language model's validation loss falls and the
                                  "48",
                                  "--local-steps",
                                  "4",
+                                 "--mix-rounds",
+                                 "1",
                                  "--eval-every",
                                  "8",
                                  "--eval-windows",
