@@ -93,6 +93,18 @@ std::vector<std::unique_ptr<Child>> attachQuadraticTrainers(const Cluster& clust
   return trainers;
 }
 
+// Node i's daemon and its torch_linear.py trainer (lines in "torch<i>")
+// both ended well, the trainer at the last round: its one line.
+json finishedTorchTrainer(Cluster& cluster, Child& trainer, std::size_t i) {
+  REQUIRE(cluster.child(i).wait(120s) == std::optional<int>(0));
+  REQUIRE(trainer.wait(60s) == std::optional<int>(0));
+  const auto lines = linesOf(cluster.path("torch" + std::to_string(i)));
+  REQUIRE(lines.size() == 1);
+  CAPTURE(lines[0]);
+  CHECK(lines[0]["finished"] == "rounds");
+  return lines[0];
+}
+
 // Two daemons (`overrides`, 100 rounds of a 5-parameter model, every
 // neighbour mixed) with a torch_linear.py trainer each taking 4 Adam steps
 // a round (`extra` after its socket, node and steps): both trainers finish
@@ -112,14 +124,10 @@ std::vector<json> trainLinearPair(std::vector<std::string> overrides,
                                                cluster.path("torch" + std::to_string(i))));
   }
   for (std::size_t i = 0; i < 2; ++i) {
-    REQUIRE(cluster.child(i).wait(120s) == std::optional<int>(0));
-    REQUIRE(trainers[i]->wait(60s) == std::optional<int>(0));
-    const auto lines = linesOf(cluster.path("torch" + std::to_string(i)));
-    REQUIRE(lines.size() == 1);
-    CAPTURE(lines[0]);
-    CHECK(lines[0]["finished"] == "rounds");
-    CHECK(lines[0]["steps"] == steps);
-    const std::vector<double> weight = lines[0]["weight"];
+    const json line = finishedTorchTrainer(cluster, *trainers[i], i);
+    CAPTURE(line);
+    CHECK(line["steps"] == steps);
+    const std::vector<double> weight = line["weight"];
     const std::vector<double> truth{1.0, -2.0, 3.0, 0.5};
     for (std::size_t k = 0; k < 4; ++k) CHECK(weight[k] == doctest::Approx(truth[k]).epsilon(0.05));
   }
@@ -321,17 +329,14 @@ TEST_CASE("external trainers: PyTorch models with Adam through consensusd.torch.
   }
   double biasSum = 0;
   for (std::size_t i = 0; i < 2; ++i) {
-    REQUIRE(cluster.child(i).wait(120s) == std::optional<int>(0));
-    REQUIRE(trainers[i]->wait(60s) == std::optional<int>(0));
-    const auto lines = linesOf(cluster.path("torch" + std::to_string(i)));
-    REQUIRE(lines.size() == 1);
-    CAPTURE(lines[0]);
-    CHECK(lines[0]["finished"] == "rounds");  // step() said so: the loop ended cleanly
-    CHECK(lines[0]["steps"] == 300);
-    const std::vector<double> weight = lines[0]["weight"];
+    // Finished at the last round: step() said so, the loop ended cleanly.
+    const json line = finishedTorchTrainer(cluster, *trainers[i], i);
+    CAPTURE(line);
+    CHECK(line["steps"] == 300);
+    const std::vector<double> weight = line["weight"];
     const std::vector<double> truth{1.0, -2.0, 3.0, 0.5};
     for (std::size_t k = 0; k < 4; ++k) CHECK(weight[k] == doctest::Approx(truth[k]).epsilon(0.05));
-    biasSum += lines[0]["bias"].get<double>();
+    biasSum += line["bias"].get<double>();
   }
   CHECK(biasSum / 2 == doctest::Approx(0.05).epsilon(0.5));
 }
@@ -366,15 +371,11 @@ TEST_CASE("external trainers: a trainer whose node skipped rounds tells consensu
       60s));
   std::ofstream(go).put('\n');
   for (std::size_t i = 0; i < 3; ++i) {
-    REQUIRE(cluster.child(i).wait(120s) == std::optional<int>(0));
-    REQUIRE(trainers[i]->wait(60s) == std::optional<int>(0));
-    const auto lines = linesOf(cluster.path("torch" + std::to_string(i)));
-    REQUIRE(lines.size() == 1);
-    CAPTURE(lines[0]);
-    CHECK(lines[0]["finished"] == "rounds");
-    CHECK(lines[0]["moved"] == lines[0]["jumps"]);  // told at every jump, and only then
-    if (i == 2) CHECK(lines[0]["jumps"] >= 1);
-    const std::vector<double> weight = lines[0]["weight"];
+    const json line = finishedTorchTrainer(cluster, *trainers[i], i);
+    CAPTURE(line);
+    CHECK(line["moved"] == line["jumps"]);  // told at every jump, and only then
+    if (i == 2) CHECK(line["jumps"] >= 1);
+    const std::vector<double> weight = line["weight"];
     const std::vector<double> truth{1.0, -2.0, 3.0, 0.5};
     for (std::size_t k = 0; k < 4; ++k) CHECK(weight[k] == doctest::Approx(truth[k]).epsilon(0.05));
   }
