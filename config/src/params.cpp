@@ -117,6 +117,7 @@ consensus::EngineOptions engineOptions(const NodeConfig& config) {
   consensus::EngineOptions options;
   options.policy = policySpec(config);
   options.mixRound = named(consensus::kMixRounds, c.mixRound);
+  options.publish = named(consensus::kPublishes, c.publish);
   options.mixMode = named(consensus::kMixModes, c.mix);
   options.robust = named(consensus::kRobustModes, c.robust);
   options.trim = static_cast<std::size_t>(c.trim);

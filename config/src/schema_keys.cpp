@@ -263,6 +263,11 @@ std::vector<Key> makeKeys() {
       choice("consensus.mix_round", CONSENSUSD_FIELD(consensus.mixRound),
              data::namesOf(consensus::kMixRounds),
              "Which estimate of a neighbour counts for round k."),
+      choice("consensus.publish", CONSENSUSD_FIELD(consensus.publish),
+             data::namesOf(consensus::kPublishes),
+             "When a round's estimate leaves: at its start (x_k, sent while the update is "
+             "computed), or with the update (x_k + u: the mix averages the neighbours' results, "
+             "as FedAvg does; one exchange per round of local steps; docs/trainers.md)."),
       choice("consensus.mix", CONSENSUSD_FIELD(consensus.mix), data::namesOf(consensus::kMixModes),
              "A missing neighbour's weight is shared by self and the neighbours that "
              "answered (renormalize; uniform weights: their plain average), or goes to "

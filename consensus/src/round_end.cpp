@@ -40,17 +40,20 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
   Vector* const g = isGradient ? &gradient_ : haveProbe_ ? &probe_ : nullptr;
   record.learningRate = schedule_.at(round_);
   // (A node that adopts its neighbours' x drops its gradient: it was taken at the x it leaves.)
-  record.gradientApplied = round_ >= plan.mixRound - options_.staleness && !record.adopted;
+  // (With publish: update it went out in x_k + u and stays in whatever the mix.)
+  record.gradientApplied =
+      (publishesUpdate() || round_ >= plan.mixRound - options_.staleness) && !record.adopted;
   // The step goes into the mix's pass unless something must see the mix
   // before it (the heterogeneity term) or it needs the momentum's velocity.
   const bool heterogeneity = g != nullptr && options_.policy.kind == PolicyKind::Dynamic &&
                              options_.policy.heterogeneityTerm;
-  const bool fuseStep = record.gradientApplied && !heterogeneity &&
-                        !(isGradient && sgd_.hasMomentum()) && !outer_ &&
-                        options_.robust != Robust::TrimmedMean;
+  // With publish: update the update is in x_k already, published with it.
+  const bool stepAfterMix = record.gradientApplied && !publishesUpdate();
+  const bool fuseStep = stepAfterMix && !heterogeneity && !(isGradient && sgd_.hasMomentum()) &&
+                        !outer_ && options_.robust != Robust::TrimmedMean;
   mixInto(record, chosen, fuseStep);
   learnFromRound(record, g, heterogeneity);
-  if (record.gradientApplied && !fuseStep) applyUpdate(record);
+  if (stepAfterMix && !fuseStep) applyUpdate(record);
   params_.swap(mixed_);
   if (havePrevious_) keepCurvatureSample(*g);
   advance(record, plan);

@@ -56,6 +56,9 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
     slots_.push_back(newSlot(neighbor.index, now));
     placeSlot(slots_.back(), neighbor, hops, topology.size());
   }
+  if (publishesUpdate() && (options_.outer != Outer::Plain || sgd_.hasMomentum()))
+    throw std::invalid_argument(
+        "publish: update sends x + u, a plain update: no outer step, no train.momentum");
   if (options_.outer == Outer::Nesterov) {
     if (sgd_.hasMomentum())
       throw std::invalid_argument("the outer step keeps its own momentum: no train.momentum");
@@ -243,30 +246,67 @@ std::optional<typename RoundEngine<Scalar>::Start> RoundEngine<Scalar>::tryStart
   decidedReason_.reset();
   measureDueDistances();  // estimates that came since the last round's end
   decision_ = policy_->decide(policyContext(now));
-  Start start{round_, params_, nullptr, -1, nullptr};
-  if (compressed()) {
-    // A keyframe may still be on its way: the next frame builds on a copy of it.
-    if (publicCopy_.use_count() > 1) publicCopy_ = std::make_shared<Vector>(*publicCopy_);
-    Vector& copy = writable(publicCopy_);
-    if (publicRound_ < 0) {
-      copy = *params_;  // the first round: a keyframe to everyone
-    } else {
-      if (!frame_ || frame_.use_count() > 1) {  // a send may still hold the last one
-        frame_ = std::make_shared<std::vector<std::byte>>(
-            frameBytes(options_.compression, static_cast<std::size_t>(copy.size())));
-      } else {
-        // The last send let go with a release decrement: see its reads (as writable()).
-        std::atomic_thread_fence(std::memory_order_acquire);
-      }
-      encodeDifference<Scalar>(options_.compression, valuesOf(std::as_const(*params_)),
-                               valuesOf(copy), *frame_);
-      start.frame = frame_;
-      start.base = publicRound_;
-    }
-    publicRound_ = round_;
-    start.publicCopy = publicCopy_;
-  }
+  publishedAt_.reset();
+  publication_.reset();
+  Start start;
+  start.round = round_;
+  start.params = params_;
+  start.publish = !publishesUpdate();
+  if (start.publish) static_cast<Publication&>(start) = publish(now);
   return start;
+}
+
+template <class Scalar>
+typename RoundEngine<Scalar>::Publication RoundEngine<Scalar>::publish(Time now) {
+  publishedAt_ = now;
+  Publication out{round_, params_, nullptr, -1, nullptr};
+  if (!compressed()) return out;
+  // A keyframe may still be on its way: the next frame builds on a copy of it.
+  if (publicCopy_.use_count() > 1) publicCopy_ = std::make_shared<Vector>(*publicCopy_);
+  Vector& copy = writable(publicCopy_);
+  if (publicRound_ < 0) {
+    copy = *params_;  // the first round: a keyframe to everyone
+  } else {
+    if (!frame_ || frame_.use_count() > 1) {  // a send may still hold the last one
+      frame_ = std::make_shared<std::vector<std::byte>>(
+          frameBytes(options_.compression, static_cast<std::size_t>(copy.size())));
+    } else {
+      // The last send let go with a release decrement: see its reads (as writable()).
+      std::atomic_thread_fence(std::memory_order_acquire);
+    }
+    encodeDifference<Scalar>(options_.compression, valuesOf(std::as_const(*params_)),
+                             valuesOf(copy), *frame_);
+    out.frame = frame_;
+    out.base = publicRound_;
+  }
+  publicRound_ = round_;
+  out.publicCopy = publicCopy_;
+  return out;
+}
+
+template <class Scalar>
+void RoundEngine<Scalar>::publishUpdated(Time now) {
+  // x_k was handed to the compute job: write x_k + u into a fresh buffer
+  // while it is still held.
+  if (params_.use_count() > 1) {
+    params_ = std::make_shared<Vector>(*params_);
+  } else {
+    std::atomic_thread_fence(std::memory_order_acquire);  // as writable()
+  }
+  Vector& x = *params_;
+  if (updateKind_ == UpdateKind::Gradient) {
+    x -= static_cast<Scalar>(schedule_.at(round_)) * gradient_;
+  } else {
+    x += gradient_;
+  }
+  publication_ = publish(now);
+}
+
+template <class Scalar>
+std::optional<typename RoundEngine<Scalar>::Publication> RoundEngine<Scalar>::takePublication() {
+  std::optional<Publication> out;
+  out.swap(publication_);
+  return out;
 }
 
 template <class Scalar>
@@ -292,6 +332,7 @@ void RoundEngine<Scalar>::tookUpdate(UpdateKind kind, double loss, const data::G
   stats_ = stats;
   gradientAt_ = now;
   haveGradient_ = true;
+  if (publishesUpdate()) publishUpdated(now);
 }
 
 template <class Scalar>
@@ -360,7 +401,7 @@ std::optional<CutoffReason> RoundEngine<Scalar>::cutoffReached(Time now) const {
       responders >= std::min(options_.minResponders, live)) {
     return CutoffReason::Timeout;
   }
-  if (now >= roundStart_ + options_.hardDeadline && !usableArriving(now))
+  if (now >= *publishedAt_ + options_.hardDeadline && !usableArriving(now))
     return CutoffReason::Deadline;
   return std::nullopt;
 }
@@ -407,7 +448,7 @@ std::optional<RoundRecord> RoundEngine<Scalar>::tryFinish(Time now) {
         slot.newestRound <= round_)
       complete = false;
   }
-  if (!complete && now < roundStart_ + options_.hardDeadline) return std::nullopt;
+  if (!complete && now < *publishedAt_ + options_.hardDeadline) return std::nullopt;
   return finish(now, *decidedReason_);
 }
 
@@ -428,7 +469,7 @@ std::optional<Time> RoundEngine<Scalar>::nextWakeup(Time now) const {
     consider(slots_[s].lastHeard + silenceLimit(slots_[s]));
     if (slots_[s].arriving) consider(slots_[s].arrivingAt + silenceLimit(slots_[s]));
   }
-  if (phase_ != Phase::Idle) consider(roundStart_ + options_.hardDeadline);
+  if (phase_ != Phase::Idle && publishedAt_) consider(*publishedAt_ + options_.hardDeadline);
   if (phase_ == Phase::Running && decision_.cutoff) consider(roundStart_ + *decision_.cutoff);
   return next;
 }

@@ -393,7 +393,10 @@ TEST_CASE("external trainers: local_steps=4, four Adam steps a round and one del
     overrides.push_back("train.outer_learning_rate=0.5");
     overrides.push_back("train.outer_momentum=0.5");
   }
-  CAPTURE(outer);
+  SUBCASE("publish: update (the estimate leaves with the delta: x + d averaged)") {
+    overrides.push_back("consensus.publish=update");
+  }
+  CAPTURE(overrides);
   overrides.push_back("train.outer=" + outer);
   const auto lines = trainLinearPair(overrides, {}, 4 * 100);  // 100 rounds of four steps
   // The daemon saw 100 rounds, not 400, of 4 x 32 samples each.

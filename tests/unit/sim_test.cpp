@@ -114,6 +114,19 @@ TEST_CASE("two nodes: a round lasts max(compute, latency + size / bandwidth)") {
   CHECK(result.samples.back().accuracy > 0.5);  // real gradients moved the model
 }
 
+TEST_CASE("two nodes, publish: update: a round lasts compute + latency + size / bandwidth") {
+  // The estimate leaves with the update (x + u), so sending no longer
+  // overlaps computing: 10 + 14 + 1 ms a round.
+  Setup setup("chain", 2);
+  setup.options.engine.publish = consensus::Publish::Update;
+  setup.options.link.latency = 14ms;
+  setup.options.link.bytesPerSecond = 84'000;
+  const auto result = setup.run();
+  CHECK(result.nodeRounds == std::vector<std::int64_t>{40, 40});  // 1005 / 25
+  CHECK(result.samples.back().meanBackups == 0.0);
+  CHECK(result.samples.back().accuracy > 0.5);
+}
+
 TEST_CASE("two nodes: a node's straggler models add up, each in its own rounds") {
   Setup setup("chain", 2);
   setup.options.stragglers.assign(2, {});

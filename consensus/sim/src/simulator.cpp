@@ -101,6 +101,7 @@ class Simulation {
         case EventKind::Gradient: {
           gradients_->wait(event.node);
           GradientJob& job = node.job;
+          job.params.reset();  // computed: the engine may write x_k in place (publish: update)
           node.lossEwma =
               node.lossSeen ? node.lossEwma + 0.05 * (job.loss - node.lossEwma) : job.loss;
           node.lossSeen = true;
@@ -194,6 +195,7 @@ class Simulation {
       ++sim.recorded_;
     }
     static bool mayStart() { return true; }
+    void published(const Engine::Publication& estimate) { sim.publish(i, estimate, now); }
     void started(Engine::Start start) { sim.start(i, std::move(start), now); }
   };
 
@@ -207,14 +209,11 @@ class Simulation {
     }
   }
 
-  // Round `round` starts at node i: its estimate leaves for the
-  // out-neighbours, and its gradient is computed (for real, ahead on a spare
-  // core if there is one) and delivered after its virtual time, with its loss.
-  void start(std::size_t i, Engine::Start start, Time now) {
+  // Node i's estimate of `round` leaves for the out-neighbours.
+  void publish(std::size_t i, const Engine::Publication& estimate, Time now) {
     Node& node = nodes_[i];
-    const std::int64_t round = start.round;
-    const std::shared_ptr<const Vector>& params = start.params;
-    const std::shared_ptr<const Vector> payload = sent(i, params);
+    const std::int64_t round = estimate.round;
+    const std::shared_ptr<const Vector> payload = sent(i, estimate.params);
     // A node's slow link (straggler.link_delay_ms) delays only estimates, as
     // the daemon's transport does.
     Duration delay{};
@@ -225,16 +224,16 @@ class Simulation {
       Event message{{}, 0, EventKind::Estimate, out.index, i, round, false, payload, nullptr, -1};
       std::size_t bytes = wholeBytes;
       Time in{};
-      if (start.publicCopy) {
+      if (estimate.publicCopy) {
         // Compressed: the frame to a neighbour in step, else the copy whole;
         // in order on each link, as over the daemon's TCP connections.
         Link& link = links_[{i, out.index}];
-        if (link.inStep && start.frame) {
-          message.frame = start.frame;
-          message.base = start.base;
-          bytes = start.frame->size();
+        if (link.inStep && estimate.frame) {
+          message.frame = estimate.frame;
+          message.base = estimate.base;
+          bytes = estimate.frame->size();
         } else {
-          message.payload = start.publicCopy;
+          message.payload = estimate.publicCopy;
         }
         link.inStep = true;
         if (options_.link.estimateBytes != 0)  // the size given is the float32 estimate's
@@ -251,7 +250,15 @@ class Simulation {
       message.order = order_++;
       events_.push(std::move(message));
     }
-    node.job.params = params;
+  }
+
+  // Round `round` starts at node i: its gradient is computed (for real,
+  // ahead on a spare core if there is one) and delivered after its virtual
+  // time, with its loss.
+  void start(std::size_t i, Engine::Start start, Time now) {
+    Node& node = nodes_[i];
+    const std::int64_t round = start.round;
+    node.job.params = std::move(start.params);
     node.job.indices = node.sampler.next();
     gradients_->submit(i);
     Duration compute = options_.compute;

@@ -298,25 +298,27 @@ class Node {
   bool mayStart() const {
     return !paused_ && !stopping_ && !awaitingTrainerInit_ && !saves_->wanted() && !graphs_.held();
   }
-  // The round's parameters are the engine's own buffer, shared (not
-  // copied) by every send and the compute job, which only read them.
-  void started(Engine::Start start) {
-    const std::int64_t round = start.round;
-    std::shared_ptr<const Vector> params = std::move(start.params);
-    if (start.publicCopy) {  // compressed: the frame, or the copy whole to a neighbour out of step
+  // The estimate is the engine's own buffer, shared (not copied) by every
+  // send, which only reads it.
+  void published(const Engine::Publication& estimate) {
+    if (estimate
+            .publicCopy) {  // compressed: the frame, or the copy whole to a neighbour out of step
       std::optional<CompressedFrame> frame;
-      if (start.frame) frame = CompressedFrame{start.base, start.frame, *start.frame};
-      transport_->publishCompressed(round, start.publicCopy, bytesOf(*start.publicCopy),
-                                    std::move(frame), now());
+      if (estimate.frame) frame = CompressedFrame{estimate.base, estimate.frame, *estimate.frame};
+      transport_->publishCompressed(estimate.round, estimate.publicCopy,
+                                    bytesOf(*estimate.publicCopy), std::move(frame), now());
     } else {
-      transport_->publish(round, params, bytesOf(*params), now());
+      transport_->publish(estimate.round, estimate.params, bytesOf(*estimate.params), now());
     }
+  }
+  // x_k to the trainer, or to the compute job (which only reads it).
+  void started(Engine::Start start) {
     if (trainer_) {
-      trainer_->publish(round, bytesOf(*params));
+      trainer_->publish(start.round, bytesOf(*start.params));
       return;
     }
     const std::int64_t every = cfg_.train.evalEveryRounds;
-    worker_->submit(round, std::move(params), every > 0 && round % every == 0);
+    worker_->submit(start.round, std::move(start.params), every > 0 && start.round % every == 0);
   }
 
  private:

@@ -145,6 +145,7 @@ class ComputeWorker {
         result.failure = std::current_exception();
       }
       const Duration delay = straggler_.extraDelay(job.round, Clock::now() - start);
+      job.params.reset();  // let go before the result: the engine may then write x_k in place
 
       lock.lock();
       // The emulated straggler sleeps here, interruptibly (stop must stay prompt).

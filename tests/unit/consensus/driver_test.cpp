@@ -52,16 +52,17 @@ struct Network {
       net.skips[i] += record.skipped ? 1 : 0;
     }
     static bool mayStart() { return true; }
-    void started(const Engine::Start& start) {
-      const std::int64_t round = start.round;
-      const auto& params = start.params;
+    void published(const Engine::Publication& publication) {
       for (const auto& out : net.topology.outNeighbors(i)) {
-        net.at(now + net.latencyMs, [n = &net, from = i, to = out.index, round,
-                                     values = Eigen::VectorXd(*params)](double t) {
+        net.at(now + net.latencyMs, [n = &net, from = i, to = out.index, round = publication.round,
+                                     values = Eigen::VectorXd(*publication.params)](double t) {
           n->engines[to]->onEstimate(from, round, values.data(), ms(t));
           n->poke(to, t);
         });
       }
+    }
+    void started(const Engine::Start& start) {
+      const std::int64_t round = start.round;
       net.at(now + net.computeMs[i], [n = &net, self = i, round](double t) {
         n->engines[self]->onGradient(round, Eigen::VectorXd::Zero(2), 0.0, GradientStats{}, ms(t));
         n->poke(self, t);

@@ -62,6 +62,7 @@ struct NodeConfig {
     std::int64_t minResponders = 1;
     std::int64_t maxResponders = 0;  // 0: the node's degree
     std::string mixRound = "newest";
+    std::string publish = "start";
     std::string mix = "renormalize";
     std::string robust = "none";
     std::int64_t trim = 1;

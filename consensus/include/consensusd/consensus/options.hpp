@@ -48,6 +48,14 @@ enum class Outer { Plain, Nesterov };
 inline constexpr data::NameTable<Outer, 2> kOuters{
     {{Outer::Plain, "plain"}, {Outer::Nesterov, "nesterov"}}};
 
+// When a round's estimate leaves for the neighbours: at the round's start
+// (x_k, sent while the update is computed), or with the update (x_k + u:
+// the mix then averages the neighbours' results, as FedAvg's average does,
+// one exchange per round of local steps; docs/trainers.md).
+enum class Publish { Start, Update };
+inline constexpr data::NameTable<Publish, 2> kPublishes{
+    {{Publish::Start, "start"}, {Publish::Update, "update"}}};
+
 struct PolicySpec {
   PolicyKind kind = PolicyKind::Dynamic;
   std::int64_t backups = 1;                         // static: b
@@ -84,6 +92,7 @@ struct EngineOptions {
   Compression compression = Compression::None;
   double consensusStep = 1.0;  // gamma
   Outer outer = Outer::Plain;
+  Publish publish = Publish::Start;
   double outerLearningRate = 0.7;  // DiLoCo's
   double outerMomentum = 0.9;
   std::size_t minResponders = 1;  // m_min

@@ -4,10 +4,11 @@
 // No sockets, no files, no clock: every call carries `now`.
 //
 // A driver's loop:
-//   if (auto start = engine.tryStart(now)) { publish(start->round, start->params);
+//   if (auto start = engine.tryStart(now)) { if (start->publish) send(*start);
 //                                            computeGradientAt(*start->params); }
 //   on a message:      engine.onEstimate(sender, round, values, now);
 //   on the gradient:   engine.onGradient(round, g, loss, stats, now);  (or swapGradient)
+//   publish: update:   if (auto p = engine.takePublication()) send(*p);
 //   symmetric mode:    send engine.takeDecisions(); engine.onDecision(...);
 //   if (auto record = engine.tryFinish(now)) { log, metrics }
 //   sleep until a message, the gradient, or engine.nextWakeup().
@@ -98,8 +99,10 @@ class RoundEngine {
 
   enum class Phase { Idle, Running, Deciding };
 
-  struct Start {
-    std::int64_t round;
+  // An estimate for the out-neighbours: x_k (publish: start) or x_k + u
+  // (publish: update).
+  struct Publication {
+    std::int64_t round = 0;
     // Shared, never copied: the engine writes this buffer again only once
     // every holder (sends in flight, the compute job) has let it go.
     std::shared_ptr<const Vector> params;
@@ -112,12 +115,21 @@ class RoundEngine {
     std::int64_t base = -1;
     std::shared_ptr<const Vector> publicCopy;
   };
+  // A round begins: its update is computed at `params` (x_k). With publish:
+  // start the estimate leaves now (`publish`: this is its Publication); with
+  // publish: update it leaves once the update is in (takePublication()).
+  struct Start : Publication {
+    bool publish = true;
+  };
 
   RoundEngine(const topology::Topology& topology, std::size_t self, EngineOptions options,
               data::Schedule schedule, double momentum, Vector initial, Time now,
               std::int64_t firstRound = 0);
 
   std::optional<Start> tryStart(Time now);
+  // publish: update: x_k + u, once the round's update came (onGradient,
+  // swapGradient, onDelta); taken once. Empty with publish: start.
+  std::optional<Publication> takePublication();
   // A new graph while running (an operator applies one), between rounds:
   // neighbours in both keep their slots (mailbox, public copy, counters,
   // presence) under their new index, weight and reach; new ones start as
@@ -283,6 +295,12 @@ class RoundEngine {
   // The slot's copy now holds its round `round`: the only entry its mailbox holds.
   Receipt holdCopy(std::size_t index, std::int64_t round, Time now);
   bool compressed() const { return options_.compression != Compression::None; }
+  bool publishesUpdate() const { return options_.publish == Publish::Update; }
+  // This round's estimate from x_k as it is now (the frame from the public
+  // copy, with compression); the round's wait for neighbours starts.
+  Publication publish(Time now);
+  // publish: update: x_k + u into x_k's buffer, then its publication.
+  void publishUpdated(Time now);
   bool awaitsUpdate(std::int64_t round) const;
   static Vector& writable(std::shared_ptr<Vector>& buffer);
   void tookUpdate(UpdateKind kind, double loss, const data::GradientStats& stats, Time now);
@@ -368,7 +386,11 @@ class RoundEngine {
   } join_;
   std::int64_t round_;
   Time roundStart_{};
-  std::optional<Time> blockedSince_;  // first refusal by the lead bound
+  // When this round's estimate left (its start, or its update with publish:
+  // update): the hard deadline counts from here.
+  std::optional<Time> publishedAt_;
+  std::optional<Publication> publication_;  // publish: update, not yet taken
+  std::optional<Time> blockedSince_;        // first refusal by the lead bound
   Duration blocked_{};
   WaitDecision decision_;
   std::vector<NeighborView> views_;
