@@ -164,12 +164,6 @@ void checkLocal(const NodeConfig& config, const Origins& origins) {
            "outer: nesterov keeps its own momentum (train.outer_momentum): train.momentum must "
            "be 0");
   }
-  if (consensus.publish == "update" &&
-      (config.train.outer != "plain" || config.train.momentum > 0)) {
-    failAt(origins, "consensus.publish",
-           "publish: update sends x + u, a plain update: it needs train.outer: plain and "
-           "train.momentum: 0");
-  }
   if (policySpec(config).kind == consensus::PolicyKind::Timeout &&
       consensus.timeoutMs >= consensus.hardDeadlineMs) {
     failAt(origins, "consensus.timeout_ms", "timeout_ms must be below consensus.hard_deadline_ms");

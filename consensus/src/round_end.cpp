@@ -53,7 +53,7 @@ RoundRecord RoundEngine<Scalar>::finish(Time now, CutoffReason reason) {
                         !outer_ && options_.robust != Robust::TrimmedMean;
   mixInto(record, chosen, fuseStep);
   learnFromRound(record, g, heterogeneity);
-  if (stepAfterMix && !fuseStep) applyUpdate(record);
+  if (stepAfterMix && !fuseStep) applyUpdate(*mixed_, record.learningRate);
   params_.swap(mixed_);
   if (havePrevious_) keepCurvatureSample(*g);
   advance(record, plan);
@@ -264,16 +264,14 @@ void RoundEngine<Scalar>::learnFromRound(RoundRecord& record, const Vector* g, b
 }
 
 template <class Scalar>
-void RoundEngine<Scalar>::applyUpdate(const RoundRecord& record) {
-  Vector& mixed = *mixed_;
+void RoundEngine<Scalar>::applyUpdate(Vector& x, double learningRate) {
   const bool isGradient = updateKind_ == UpdateKind::Gradient;
   if (outer_) {  // a gradient's update is -eta g
-    outer_->step(mixed, gradient_,
-                 isGradient ? -static_cast<Scalar>(record.learningRate) : Scalar(1));
+    outer_->step(x, gradient_, isGradient ? -static_cast<Scalar>(learningRate) : Scalar(1));
   } else if (isGradient) {
-    sgd_.step(mixed, gradient_, record.learningRate);
+    sgd_.step(x, gradient_, learningRate);
   } else {
-    mixed += gradient_;
+    x += gradient_;
   }
 }
 
@@ -324,7 +322,7 @@ template RoundEngine<float>::Chosen RoundEngine<float>::chooseInputs(const MixPl
 template void RoundEngine<float>::settleJoining(std::int64_t, bool, bool, Time);
 template void RoundEngine<float>::mixInto(RoundRecord&, Chosen&, bool);
 template void RoundEngine<float>::learnFromRound(RoundRecord&, const Vector*, bool);
-template void RoundEngine<float>::applyUpdate(const RoundRecord&);
+template void RoundEngine<float>::applyUpdate(Vector&, double);
 template void RoundEngine<float>::advance(RoundRecord&, const MixPlan&);
 template void RoundEngine<float>::keepCurvatureSample(Vector&);
 template RoundRecord RoundEngine<double>::finish(Time, CutoffReason);
@@ -335,7 +333,7 @@ template RoundEngine<double>::Chosen RoundEngine<double>::chooseInputs(const Mix
 template void RoundEngine<double>::settleJoining(std::int64_t, bool, bool, Time);
 template void RoundEngine<double>::mixInto(RoundRecord&, Chosen&, bool);
 template void RoundEngine<double>::learnFromRound(RoundRecord&, const Vector*, bool);
-template void RoundEngine<double>::applyUpdate(const RoundRecord&);
+template void RoundEngine<double>::applyUpdate(Vector&, double);
 template void RoundEngine<double>::advance(RoundRecord&, const MixPlan&);
 template void RoundEngine<double>::keepCurvatureSample(Vector&);
 

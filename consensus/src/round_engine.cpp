@@ -56,9 +56,6 @@ RoundEngine<Scalar>::RoundEngine(const topology::Topology& topology, std::size_t
     slots_.push_back(newSlot(neighbor.index, now));
     placeSlot(slots_.back(), neighbor, hops, topology.size());
   }
-  if (publishesUpdate() && (options_.outer != Outer::Plain || sgd_.hasMomentum()))
-    throw std::invalid_argument(
-        "publish: update sends x + u, a plain update: no outer step, no train.momentum");
   if (options_.outer == Outer::Nesterov) {
     if (sgd_.hasMomentum())
       throw std::invalid_argument("the outer step keeps its own momentum: no train.momentum");
@@ -293,12 +290,7 @@ void RoundEngine<Scalar>::publishUpdated(Time now) {
   } else {
     std::atomic_thread_fence(std::memory_order_acquire);  // as writable()
   }
-  Vector& x = *params_;
-  if (updateKind_ == UpdateKind::Gradient) {
-    x -= static_cast<Scalar>(schedule_.at(round_)) * gradient_;
-  } else {
-    x += gradient_;
-  }
+  applyUpdate(*params_, schedule_.at(round_));
   publication_ = publish(now);
 }
 

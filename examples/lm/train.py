@@ -53,6 +53,7 @@ def main():
     parser.add_argument("--reconnect", action="store_true", help="ride out daemon restarts")
     parser.add_argument("--sample", type=int, default=0, help="bytes to sample at the end")
     training.add_arguments(parser)
+    training.Straggler.add_arguments(parser)  # as the baselines' ranks emulate them
     args = parser.parse_args()
     if not args.single and not args.socket:
         parser.error("--socket is required (or --single)")
@@ -64,6 +65,7 @@ def main():
     text = corpus.training(0, 1) if args.single else corpus.training(args.node, args.nodes)
     validation = training.Validation(model.block, args.eval_windows, args.final_windows)
     rng = np.random.default_rng(1000 + args.node)
+    straggler = training.Straggler(args, args.node)
     adamw = training.adamw(model.parameters(), args)
     print(f"{lm.parameters(model):,} parameters ({args.size}), {len(text):,} training bytes",
           flush=True)
@@ -85,6 +87,7 @@ def main():
     while step < args.steps:
         inputs, targets = corpus.batch(text, rng, args.batch, model.block)
         training.schedule(adamw, step, args)
+        straggler.sleep()
         optimizer.zero_grad()
         loss = model.loss(inputs, targets)
         loss.backward()

@@ -1,6 +1,6 @@
 """What every side of the language-model comparison shares: the inner
 optimizer and its schedule, the validation measurement and the line it
-prints, and the emulated stragglers of the baselines.
+prints, and the emulated stragglers.
 
 Every side trains the same model from the same x_0 (seeded), on the same
 shares of the text, batches of --batch windows of the model's block, AdamW
@@ -126,8 +126,9 @@ def check_blas():
 
 
 class Straggler:
-    """The daemon's straggler models for a process without a daemon (the
-    baselines), each process its own draws: --bimodal P:FACTOR:BASE_MS sleeps
+    """The daemon's straggler models, a step at a time, in the process (the
+    baselines' ranks and compare-lm's trainers alike: the same draws for the
+    same rank and node), each process its own draws: --bimodal P:FACTOR:BASE_MS sleeps
     (FACTOR - 1) x BASE_MS with probability P a step, --delay-ms D every step,
     --pareto SCALE_MS:SHAPE a Pareto draw every step."""
 

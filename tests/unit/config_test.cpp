@@ -134,11 +134,6 @@ TEST_CASE("local cross-checks") {
   CHECK(readError(kMinimal + "train:\n  outer: nesterov\n  momentum: 0.9\n") ==
         "c.yaml:7:13: outer: nesterov keeps its own momentum (train.outer_momentum): "
         "train.momentum must be 0 (train.momentum)");
-  CHECK(readError(kMinimal + "consensus:\n  publish: update\ntrain:\n  outer: nesterov\n") ==
-        "c.yaml:6:12: publish: update sends x + u, a plain update: it needs train.outer: plain "
-        "and train.momentum: 0 (consensus.publish)");
-  CHECK(readError(kMinimal + "consensus:\n  publish: update\ntrain:\n  momentum: 0.5\n") !=
-        "no error");
   CHECK(readError(kMinimal + "consensus:\n  publish: update\n") == "no error");
   CHECK(readError(kMinimal + "consensus:\n  compression: int4\n").find("bf16") !=
         std::string::npos);

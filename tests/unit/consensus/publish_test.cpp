@@ -1,6 +1,6 @@
-// consensus.publish: update: the estimate leaves with the update (x_k + u),
-// the mix averages the neighbours' results, and the hard deadline counts
-// from the estimate leaving.
+// consensus.publish: update: the estimate leaves with the update (x_k + u,
+// through the outer step if set), the mix averages the neighbours' results,
+// and the hard deadline counts from the estimate leaving.
 
 #include "helpers.hpp"
 
@@ -148,15 +148,29 @@ TEST_CASE("publish: update with int8 frames: the copies stay in step and the mea
   CHECK(spread() < 1e-6 * moving);  // frames of x + u, applied in order: consensus
 }
 
-TEST_CASE("publish: update takes no outer step and no momentum") {
+TEST_CASE("publish: update with outer: nesterov, every neighbour mixed, is DiLoCo's step") {
+  // Each node publishes x + lr (d + mu v) with its own velocity; the average
+  // of those is x + lr (D + mu V), V the velocity of the averaged deltas D:
+  // momentum is linear, so averaging after it is DiLoCo's all-reduce before it.
   EngineOptions options = publishingUpdates();
-  const Topology pair = graph("chain", 2);
   options.outer = Outer::Nesterov;
-  CHECK_THROWS_AS(Engine(pair, 0, options, rate(0.1), 0.0, Eigen::VectorXd::Zero(3), Time{}),
-                  std::invalid_argument);
-  options.outer = Outer::Plain;
-  CHECK_THROWS_AS(Engine(pair, 0, options, rate(0.1), 0.9, Eigen::VectorXd::Zero(3), Time{}),
-                  std::invalid_argument);
+  options.outerLearningRate = 0.7;
+  options.outerMomentum = 0.9;
+  const Eigen::VectorXd x0 = Eigen::Vector3d(1, -1, 2);
+  Pair pair(options, {x0, x0});
+  Eigen::VectorXd x = x0;
+  Eigen::VectorXd v = Eigen::VectorXd::Zero(3);
+  std::mt19937 rng(3);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (int k = 0; k < 6; ++k) {
+    const Eigen::VectorXd d0 = Eigen::Vector3d(normal(rng), normal(rng), normal(rng));
+    const Eigen::VectorXd d1 = Eigen::Vector3d(normal(rng), normal(rng), normal(rng));
+    pair.round({d0, d1});
+    const Eigen::VectorXd mean = (d0 + d1) / 2;
+    v = 0.9 * v + mean;
+    x += 0.7 * (mean + 0.9 * v);
+    for (const auto& node : pair.nodes) CHECK((node->params() - x).norm() < 1e-12);
+  }
 }
 
 }  // namespace consensus_test

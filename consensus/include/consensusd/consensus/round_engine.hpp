@@ -299,7 +299,8 @@ class RoundEngine {
   // This round's estimate from x_k as it is now (the frame from the public
   // copy, with compression); the round's wait for neighbours starts.
   Publication publish(Time now);
-  // publish: update: x_k + u into x_k's buffer, then its publication.
+  // publish: update: x_k + u (the outer step or momentum's, if set) into
+  // x_k's buffer, then its publication.
   void publishUpdated(Time now);
   bool awaitsUpdate(std::int64_t round) const;
   static Vector& writable(std::shared_ptr<Vector>& buffer);
@@ -357,8 +358,9 @@ class RoundEngine {
   void mixInto(RoundRecord& record, Chosen& chosen, bool fuseStep);
   // The delta's eta and what the dynamic rule learns of the round.
   void learnFromRound(RoundRecord& record, const Vector* g, bool heterogeneity);
-  // The update onto x_hat when the mix did not take it: outer step, SGD or delta.
-  void applyUpdate(const RoundRecord& record);
+  // The update onto x (x_hat when the mix did not take it; x_k with publish:
+  // update): outer step, SGD or delta.
+  void applyUpdate(Vector& x, double learningRate);
   // On to the next round (or a skip's, or the adopted cluster's).
   void advance(RoundRecord& record, const MixPlan& plan);
 
