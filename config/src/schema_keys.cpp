@@ -48,9 +48,8 @@ std::string rangeText(const std::string& low, const std::optional<std::string>& 
 
 template <class Ref>
 Key integer(std::string path, Ref ref, std::int64_t min, std::int64_t max, std::string doc) {
-  const std::string range =
-      rangeText(std::to_string(min), max == kMaxInt ? std::nullopt
-                                                    : std::optional(std::to_string(max)));
+  const std::string range = rangeText(
+      std::to_string(min), max == kMaxInt ? std::nullopt : std::optional(std::to_string(max)));
   return {path,
           "integer",
           range,
