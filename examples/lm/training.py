@@ -128,7 +128,7 @@ def check_blas():
 class Straggler:
     """The daemon's straggler models, a step at a time, in the process (the
     baselines' ranks and compare-lm's trainers alike: the same draws for the
-    same rank and node), each process its own draws: --bimodal P:FACTOR:BASE_MS sleeps
+    same rank and node): --bimodal P:FACTOR:BASE_MS sleeps
     (FACTOR - 1) x BASE_MS with probability P a step, --delay-ms D every step,
     --pareto SCALE_MS:SHAPE a Pareto draw every step."""
 

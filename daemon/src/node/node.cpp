@@ -301,8 +301,8 @@ class Node {
   // The estimate is the engine's own buffer, shared (not copied) by every
   // send, which only reads it.
   void published(const Engine::Publication& estimate) {
-    if (estimate
-            .publicCopy) {  // compressed: the frame, or the copy whole to a neighbour out of step
+    // Compressed: the frame, or the copy whole to a neighbour out of step.
+    if (estimate.publicCopy) {
       std::optional<CompressedFrame> frame;
       if (estimate.frame) frame = CompressedFrame{estimate.base, estimate.frame, *estimate.frame};
       transport_->publishCompressed(estimate.round, estimate.publicCopy,
